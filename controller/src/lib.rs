@@ -1,0 +1,8 @@
+//! jointer-controller: a Karpenter-v1-compatible provisioning controller.
+//!
+//! This library holds the API types (`api`), their generated CRDs (`crds`) and, as the
+//! controller grows, the pure scheduling and disruption core. The `jointer` CLI depends on it
+//! for types, validation and CRD generation so the two halves can never disagree.
+
+pub mod api;
+pub mod crds;

@@ -1,0 +1,225 @@
+//! The CEL rules of the generated CRDs, evaluated offline through `Validate`.
+
+use jointer_controller::api::{EC2NodeClass, FieldError, NodeClaim, NodePool, Validate};
+
+fn nodepool(spec: &str) -> NodePool {
+    let yaml = format!(
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{ name: p }}\nspec:\n{spec}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+fn nodeclass(spec: &str) -> EC2NodeClass {
+    let yaml = format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{ name: c }}\nspec:\n{spec}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+const POOL_TEMPLATE: &str = "  template:\n    spec:\n      nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }\n";
+
+fn pool_with_requirement(req: &str) -> NodePool {
+    nodepool(&format!("{POOL_TEMPLATE}      requirements: [ {req} ]\n"))
+}
+
+const CLASS_BASE: &str = "  role: KarpenterNodeRole-demo\n  subnetSelectorTerms: [ { tags: { karpenter.sh/discovery: demo } } ]\n  securityGroupSelectorTerms: [ { tags: { karpenter.sh/discovery: demo } } ]\n";
+
+fn class_with(extra: &str) -> EC2NodeClass {
+    nodeclass(&format!("{CLASS_BASE}{extra}"))
+}
+
+fn assert_single_error(errors: &[FieldError], path: &str, needle: &str) {
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.path == path && e.message.contains(needle)),
+        "expected an error at {path} containing {needle:?}, got {errors:#?}"
+    );
+    assert!(
+        errors.iter().all(|e| !e.message.starts_with("internal")),
+        "a rule failed to evaluate: {errors:#?}"
+    );
+}
+
+#[test]
+fn a_complete_valid_pool_passes() {
+    let pool = nodepool(&format!(
+        "{POOL_TEMPLATE}      requirements:\n        - {{ key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand] }}\n        - {{ key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r], minValues: 2 }}\n        - {{ key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['2'] }}\n        - {{ key: example.com/team, operator: Exists }}\n  limits: {{ cpu: 1000, memory: 1000Gi }}\n  weight: 10\n  disruption:\n    budgets: [ {{ nodes: '20%' }}, {{ nodes: '0', schedule: '0 9 * * mon-fri', duration: 8h, reasons: [Drifted] }} ]\n"
+    ));
+    assert_eq!(pool.validate(), vec![]);
+}
+
+#[test]
+fn in_needs_values() {
+    let errors = pool_with_requirement("{ key: a, operator: In }").validate();
+    assert_single_error(
+        &errors,
+        "spec.template.spec.requirements[0]",
+        "must have a value",
+    );
+}
+
+#[test]
+fn numeric_operators_need_one_non_negative_integer() {
+    for values in ["['1', '2']", "['-1']", "['x']", "[]"] {
+        let errors =
+            pool_with_requirement(&format!("{{ key: a, operator: Gt, values: {values} }}"))
+                .validate();
+        assert_single_error(
+            &errors,
+            "spec.template.spec.requirements[0]",
+            "single non-negative integer",
+        );
+    }
+    assert_eq!(
+        pool_with_requirement("{ key: a, operator: Lte, values: ['4'] }").validate(),
+        vec![]
+    );
+}
+
+#[test]
+fn min_values_cannot_exceed_values() {
+    let errors =
+        pool_with_requirement("{ key: a, operator: In, values: [x, y], minValues: 3 }").validate();
+    assert_single_error(&errors, "spec.template.spec.requirements[0]", "minValues");
+}
+
+#[test]
+fn restricted_label_domains_are_refused() {
+    for key in [
+        "karpenter.sh/nodepool",
+        "kubernetes.io/hostname",
+        "karpenter.sh/custom",
+        "x.karpenter.sh/y",
+    ] {
+        let errors =
+            pool_with_requirement(&format!("{{ key: {key}, operator: Exists }}")).validate();
+        assert_single_error(&errors, "spec.template.spec.requirements[0]", "restricted");
+    }
+    let errors = nodepool(&format!(
+        "  template:\n    metadata: {{ labels: {{ karpenter.sh/foo: x }} }}\n{}      requirements: []\n",
+        &POOL_TEMPLATE["  template:\n".len()..]
+    ))
+    .validate();
+    assert_single_error(&errors, "spec.template.metadata.labels", "restricted");
+}
+
+#[test]
+fn budget_schedule_needs_duration() {
+    let errors = nodepool(&format!(
+        "{POOL_TEMPLATE}      requirements: []\n  disruption: {{ budgets: [ {{ nodes: '1', schedule: '@daily' }} ] }}\n"
+    ))
+    .validate();
+    assert_single_error(
+        &errors,
+        "spec.disruption.budgets[0]",
+        "'schedule' must be set with 'duration'",
+    );
+}
+
+#[test]
+fn budget_nodes_and_weight_are_bounded() {
+    let errors = nodepool(&format!(
+        "{POOL_TEMPLATE}      requirements: []\n  weight: 0\n  disruption: {{ budgets: [ {{ nodes: '150%' }} ] }}\n"
+    ))
+    .validate();
+    assert_single_error(&errors, "spec.weight", "between 1 and 100");
+    assert_single_error(&errors, "spec.disruption.budgets[0].nodes", "percentage");
+}
+
+#[test]
+fn empty_node_class_ref_name_is_refused() {
+    let errors = nodepool(
+        "  template:\n    spec:\n      nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: '' }\n      requirements: []\n",
+    )
+    .validate();
+    assert_single_error(
+        &errors,
+        "spec.template.spec.nodeClassRef.name",
+        "may not be empty",
+    );
+}
+
+#[test]
+fn a_complete_valid_class_passes() {
+    let class = class_with(
+        "  amiSelectorTerms: [ { alias: al2023@latest } ]\n  tags: { team: platform }\n  kubelet: { maxPods: 110, evictionSoft: { memory.available: 5% }, evictionSoftGracePeriod: { memory.available: 1m } }\n  blockDeviceMappings: [ { deviceName: /dev/xvda, rootVolume: true, ebs: { volumeSize: 100Gi, volumeType: gp3 } } ]\n",
+    );
+    assert_eq!(class.validate(), vec![]);
+    assert_eq!(class.spec.metadata_options.http_put_response_hop_limit, 1);
+    assert_eq!(class.spec.metadata_options.http_tokens, "required");
+}
+
+#[test]
+fn role_and_instance_profile_are_exclusive() {
+    let errors =
+        class_with("  instanceProfile: p\n  amiSelectorTerms: [ { alias: al2023@latest } ]\n")
+            .validate();
+    assert_single_error(
+        &errors,
+        "spec",
+        "exactly one of ['role', 'instanceProfile']",
+    );
+}
+
+#[test]
+fn alias_needs_family_at_version_and_is_exclusive() {
+    let errors = class_with("  amiSelectorTerms: [ { alias: al2023 } ]\n").validate();
+    assert_single_error(&errors, "spec.amiSelectorTerms[0].alias", "family@version");
+    let errors = class_with("  amiSelectorTerms: [ { alias: ubuntu@latest } ]\n").validate();
+    assert_single_error(
+        &errors,
+        "spec.amiSelectorTerms[0].alias",
+        "family is not supported",
+    );
+    let errors = class_with("  amiSelectorTerms: [ { alias: al2023@latest }, { id: ami-123 } ]\n")
+        .validate();
+    assert_single_error(&errors, "spec.amiSelectorTerms", "mutually exclusive");
+    let errors = class_with("  amiFamily: AL2\n  amiSelectorTerms: [ { alias: al2023@latest } ]\n")
+        .validate();
+    assert_single_error(&errors, "spec", "must match the family of the alias");
+    let errors = class_with("  amiSelectorTerms: [ { id: ami-123 } ]\n").validate();
+    assert_single_error(&errors, "spec", "amiFamily is required");
+}
+
+#[test]
+fn reserved_tag_keys_are_refused() {
+    for key in [
+        "karpenter.sh/nodepool",
+        "kubernetes.io/cluster/demo",
+        "eks:eks-cluster-name",
+    ] {
+        let errors = class_with(&format!(
+            "  amiSelectorTerms: [ {{ alias: al2023@latest }} ]\n  tags: {{ '{key}': x }}\n"
+        ))
+        .validate();
+        assert_single_error(&errors, "spec.tags", "reserved");
+    }
+}
+
+#[test]
+fn selector_terms_need_content() {
+    let errors = nodeclass(
+        "  role: r\n  subnetSelectorTerms: [ {} ]\n  securityGroupSelectorTerms: []\n  amiSelectorTerms: [ { alias: al2023@latest } ]\n",
+    )
+    .validate();
+    assert_single_error(
+        &errors,
+        "spec.subnetSelectorTerms[0]",
+        "needs 'tags' or 'id'",
+    );
+    assert_single_error(
+        &errors,
+        "spec.securityGroupSelectorTerms",
+        "between 1 and 30",
+    );
+}
+
+#[test]
+fn nodeclaim_spec_is_valid_on_create() {
+    let claim: NodeClaim = serde_yaml::from_str(
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: { name: c }\nspec:\n  nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }\n  requirements: [ { key: node.kubernetes.io/instance-type, operator: In, values: [m5.large] } ]\n  resources: { requests: { cpu: 1500m, memory: 2Gi } }\n",
+    )
+    .unwrap();
+    assert_eq!(claim.validate(), vec![]);
+}
