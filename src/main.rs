@@ -1,1 +1,280 @@
-fn main() {}
+//! `jointer`: Karpenter-style node autoscaling on EKS as reproducible, drift-checked
+//! infrastructure. This file only wires the commands; each lives in its own module.
+
+mod config;
+mod convert;
+mod diagnostics;
+mod documents;
+mod init;
+mod lint;
+mod manifest;
+mod node_templates;
+mod render;
+mod source_map;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+use diagnostics::{Diagnostic, InputErrors, Severity};
+
+#[derive(Parser)]
+#[command(
+    name = "jointer",
+    version,
+    about = "Karpenter-style node autoscaling on EKS as reproducible, drift-checked infrastructure"
+)]
+struct Cli {
+    /// Output format: text for people, json for CI.
+    #[arg(long, short, global = true, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum What {
+    /// The EC2NodeClass and NodePool objects rendered from the templates.
+    Nodes,
+    /// The CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass.
+    Crds,
+    /// Both.
+    All,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a commented starter jointer.yaml (never overwrites).
+    Init {
+        /// The existing EKS cluster's name.
+        #[arg(long)]
+        cluster: String,
+        /// Its AWS region (default: $AWS_REGION, else us-east-1).
+        #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+        region: String,
+        #[arg(short = 'f', long = "file", default_value = "jointer.yaml")]
+        file: PathBuf,
+    },
+    /// Render the node templates, validate them as Karpenter v1 objects and print them.
+    Render {
+        #[arg(
+            short = 'f',
+            long = "file",
+            env = "JOINTER_CONFIG",
+            default_value = "jointer.yaml"
+        )]
+        file: PathBuf,
+        #[arg(long, value_enum, default_value_t = What::Nodes)]
+        what: What,
+    },
+    /// Warn about known mistakes in the rendered NodePools (exit 0 with warnings, 1 on errors).
+    Lint {
+        #[arg(
+            short = 'f',
+            long = "file",
+            env = "JOINTER_CONFIG",
+            default_value = "jointer.yaml"
+        )]
+        file: PathBuf,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        strict: bool,
+        /// List the rules and exit.
+        #[arg(long)]
+        rules: bool,
+    },
+    /// Convert Karpenter v1beta1 NodePool/EC2NodeClass YAML to v1 (v1 on stdout, changes on stderr).
+    Convert {
+        /// Input files; pass a NodePool's EC2NodeClass too so its kubelet settings can move.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// How a command ended: printed output, diagnostics, exit code.
+enum Failure {
+    Input(InputErrors),
+    Other(anyhow::Error),
+}
+
+impl From<InputErrors> for Failure {
+    fn from(e: InputErrors) -> Self {
+        Failure::Input(e)
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Other(e)
+    }
+}
+
+impl From<serde_yaml::Error> for Failure {
+    fn from(e: serde_yaml::Error) -> Self {
+        Failure::Other(e.into())
+    }
+}
+
+impl From<serde_json::Error> for Failure {
+    fn from(e: serde_json::Error) -> Self {
+        Failure::Other(e.into())
+    }
+}
+
+fn print_diagnostics(diagnostics: &[Diagnostic]) {
+    let mut err = std::io::stderr().lock();
+    for d in diagnostics {
+        let _ = writeln!(err, "{d}");
+    }
+}
+
+fn print_json(value: &serde_json::Value) -> Result<(), Failure> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn crds_yaml() -> Result<String, Failure> {
+    let mut out = String::new();
+    for (_, crd) in jointer_controller::crds::all() {
+        out.push_str("---\n");
+        out.push_str(&jointer_controller::crds::to_yaml(&crd)?);
+    }
+    Ok(out)
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, Failure> {
+    match &cli.command {
+        Command::Init {
+            cluster,
+            region,
+            file,
+        } => {
+            init::init(file, cluster, region)?;
+            match cli.output {
+                Output::Json => print_json(&json!({ "written": file }))?,
+                Output::Text => eprintln!(
+                    "wrote {}: review it, then run `jointer render -f {}`",
+                    file.display(),
+                    file.display()
+                ),
+            }
+        }
+        Command::Render { file, what } => {
+            let nodes = if *what == What::Crds {
+                None
+            } else {
+                let loaded = config::load(file)?;
+                Some(render::node_objects(&loaded)?)
+            };
+            let objects: Vec<&manifest::Object> = nodes
+                .iter()
+                .flat_map(|n| n.objects.iter().map(|o| &o.object))
+                .collect();
+            match cli.output {
+                Output::Json => {
+                    let crds: Vec<_> = if *what == What::Nodes {
+                        vec![]
+                    } else {
+                        jointer_controller::crds::all()
+                            .into_iter()
+                            .map(|(_, c)| c)
+                            .collect()
+                    };
+                    print_json(&json!({ "objects": objects, "crds": crds }))?;
+                }
+                Output::Text => {
+                    if *what != What::Nodes {
+                        print!("{}", crds_yaml()?);
+                    }
+                    print!("{}", manifest::to_yaml_stream(objects)?);
+                }
+            }
+        }
+        Command::Lint {
+            file,
+            strict,
+            rules,
+        } => {
+            if *rules {
+                for (rule, why) in lint::RULES {
+                    println!("{rule:<28} {why}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let loaded = config::load(file)?;
+            let nodes = render::node_objects(&loaded)?;
+            let findings = lint::lint(&loaded.config, &nodes);
+            let failed = *strict && !findings.is_empty();
+            let findings: Vec<Diagnostic> = findings
+                .into_iter()
+                .map(|mut d| {
+                    if *strict {
+                        d.severity = Severity::Error;
+                    }
+                    d
+                })
+                .collect();
+            match cli.output {
+                Output::Json => print_json(&json!({ "ok": !failed, "diagnostics": findings }))?,
+                Output::Text => {
+                    print_diagnostics(&findings);
+                    eprintln!(
+                        "{} object(s) checked, {} finding(s)",
+                        nodes.objects.len(),
+                        findings.len()
+                    );
+                }
+            }
+            if failed {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Convert { files } => {
+            let conversion = convert::convert(files)?;
+            match cli.output {
+                Output::Json => print_json(&serde_json::to_value(&conversion)?)?,
+                Output::Text => {
+                    let mut out = String::new();
+                    for doc in &conversion.documents {
+                        out.push_str("---\n");
+                        out.push_str(&serde_yaml::to_string(doc)?);
+                    }
+                    print!("{out}");
+                    for c in &conversion.changes {
+                        eprintln!("{}: {}: {}", c.file, c.object, c.change);
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(Failure::Input(InputErrors(diagnostics))) => {
+            match cli.output {
+                Output::Json => {
+                    let _ = print_json(&json!({ "ok": false, "diagnostics": diagnostics }));
+                }
+                Output::Text => print_diagnostics(&diagnostics),
+            }
+            ExitCode::FAILURE
+        }
+        Err(Failure::Other(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
