@@ -53,6 +53,21 @@ fn allowed_values<'a>(pool: &'a NodePool, key: &str) -> Option<Vec<&'a str>> {
     allowed
 }
 
+/// Field path of the first requirement on `key` (for locating a finding), else the list.
+fn requirement_path(pool: &NodePool, key: &str) -> String {
+    match pool
+        .spec
+        .template
+        .spec
+        .requirements
+        .iter()
+        .position(|r| r.key == key)
+    {
+        Some(i) => format!("spec.template.spec.requirements[{i}]"),
+        None => "spec.template.spec.requirements".to_string(),
+    }
+}
+
 fn blocks_forever(budget: &Budget) -> bool {
     budget.schedule.is_none() && matches!(budget.nodes.as_str(), "0" | "0%")
 }
@@ -92,20 +107,20 @@ pub fn lint(config: &Config, nodes: &NodeObjects) -> Vec<Diagnostic> {
         }
         if let Some(types) = allowed_values(pool, INSTANCE_TYPE) {
             if types.len() == 1 {
-                warn("single-instance-type", "spec.template.spec.requirements", format!("only instance type {} is allowed; allow several sizes or families (e.g. by karpenter.k8s.aws/instance-category) so the cheapest available can be chosen", types[0]));
+                warn("single-instance-type", &requirement_path(pool, INSTANCE_TYPE), format!("only instance type {} is allowed; allow several sizes or families (e.g. by karpenter.k8s.aws/instance-category) so the cheapest available can be chosen", types[0]));
             }
         }
         let capacity = allowed_values(pool, CAPACITY_TYPE);
         let capacity_types = capacity.clone().unwrap_or_else(|| vec!["on-demand"]);
         if capacity_types.len() == 1 {
-            warn("single-capacity-type", "spec.template.spec.requirements", format!(
+            warn("single-capacity-type", &requirement_path(pool, CAPACITY_TYPE), format!(
                 "only {} capacity is allowed{}; allow spot and on-demand, or waive with the annotation {IGNORE_ANNOTATION}: single-capacity-type if the split is deliberate",
                 capacity_types[0],
                 if capacity.is_none() { " (no karpenter.sh/capacity-type requirement defaults to on-demand)" } else { "" }
             ));
         }
         if capacity_types.contains(&CAPACITY_SPOT) && !config.interruption.enabled {
-            warn("spot-without-interruption", "spec.template.spec.requirements", "spot is allowed but interruption handling is off (interruption: false): spot nodes will be reclaimed without draining".into());
+            warn("spot-without-interruption", &requirement_path(pool, CAPACITY_TYPE), "spot is allowed but interruption handling is off (interruption: false): spot nodes will be reclaimed without draining".into());
         }
         for (i, budget) in pool.spec.disruption.budgets.iter().enumerate() {
             if blocks_forever(budget) {
@@ -122,9 +137,9 @@ pub fn lint(config: &Config, nodes: &NodeObjects) -> Vec<Diagnostic> {
                 "unknown-node-class",
                 "spec.template.spec.nodeClassRef.name",
                 format!(
-                    "EC2NodeClass {:?} is not among the rendered objects ({})",
+                    "EC2NodeClass {:?} is not among the rendered objects (rendered: {}); a pool whose class is missing never launches nodes",
                     class.name,
-                    classes.join(", ")
+                    if classes.is_empty() { "none".to_string() } else { classes.join(", ") }
                 ),
             );
         }

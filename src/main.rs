@@ -1,6 +1,10 @@
 //! `jointer`: Karpenter-style node autoscaling on EKS as reproducible, drift-checked
 //! infrastructure. This file only wires the commands; each lives in its own module.
 
+// A `Diagnostic` (file, location, field, message) travels only on the input-error path, once
+// per command; boxing it everywhere would cost clarity for no measurable gain.
+#![allow(clippy::result_large_err)]
+
 mod config;
 mod convert;
 mod diagnostics;

@@ -12,8 +12,8 @@ use crate::documents::YamlStream;
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Object {
-    NodePool(NodePool),
-    EC2NodeClass(EC2NodeClass),
+    NodePool(Box<NodePool>),
+    EC2NodeClass(Box<EC2NodeClass>),
 }
 
 impl Object {

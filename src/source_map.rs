@@ -88,7 +88,9 @@ impl Builder {
     }
 
     /// Called for every node; returns the node's path (None when the node is a mapping key).
-    fn node(&mut self, mark: Marker, scalar: Option<&str>) -> Option<String> {
+    /// A block mapping's start mark is unreliable (it can point past its first key), so a
+    /// mapping is located at its first key instead.
+    fn node(&mut self, mark: Marker, scalar: Option<&str>, mapping: bool) -> Option<String> {
         match self.stack.last_mut() {
             None => {
                 self.record(String::new(), mark);
@@ -97,15 +99,18 @@ impl Builder {
             Some(Frame::Sequence { path, index }) => {
                 let item = format!("{path}[{index}]");
                 *index += 1;
-                self.record(item.clone(), mark);
+                if !mapping {
+                    self.record(item.clone(), mark);
+                }
                 Some(item)
             }
             Some(Frame::Mapping { path, key }) => match key.take() {
                 Some(key) => Some(join(path, &key)),
                 None => {
                     let name = scalar.unwrap_or("?").to_string();
-                    let field = join(path, &name);
+                    let (mapping_path, field) = (path.clone(), join(path, &name));
                     *key = Some(name);
+                    self.record(mapping_path, mark);
                     self.record(field, mark);
                     None
                 }
@@ -130,17 +135,17 @@ impl MarkedEventReceiver for Builder {
                 self.stack.clear();
             }
             Event::Scalar(value, ..) => {
-                self.node(mark, Some(&value));
+                self.node(mark, Some(&value), false);
             }
             Event::Alias(_) => {
-                self.node(mark, None);
+                self.node(mark, None, false);
             }
             Event::MappingStart(..) => {
-                let path = self.node(mark, None).unwrap_or_default();
+                let path = self.node(mark, None, true).unwrap_or_default();
                 self.stack.push(Frame::Mapping { path, key: None });
             }
             Event::SequenceStart(..) => {
-                let path = self.node(mark, None).unwrap_or_default();
+                let path = self.node(mark, None, false).unwrap_or_default();
                 self.stack.push(Frame::Sequence { path, index: 0 });
             }
             Event::MappingEnd | Event::SequenceEnd => {

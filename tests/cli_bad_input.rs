@@ -1,0 +1,499 @@
+//! Bad input to every command: exit code 1, a message that names the file, line and field and
+//! says what would be valid, no panic, and nothing written (empty stdout, files untouched).
+
+mod support;
+
+use support::Workspace;
+
+const CONFIG: &str = "cluster: { name: demo, region: us-east-1 }\n";
+
+/// A config using the template directory `nodes/` of the workspace.
+fn with_templates(ws: &Workspace, files: &[(&str, &str)]) {
+    ws.write(
+        "jointer.yaml",
+        "cluster: { name: demo, region: us-east-1 }\ntemplates: { dir: nodes }\n",
+    );
+    for (name, text) in files {
+        ws.write(&format!("nodes/{name}"), text);
+    }
+}
+
+const CLASS: &str = "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: { name: default }
+spec:
+  role: KarpenterNodeRole-demo
+  amiSelectorTerms: [ { alias: al2023@latest } ]
+  subnetSelectorTerms: [ { tags: { karpenter.sh/discovery: demo } } ]
+  securityGroupSelectorTerms: [ { tags: { karpenter.sh/discovery: demo } } ]
+";
+
+/// A NodePool template whose 8th line is `requirement`.
+fn pool_with_requirement(requirement: &str) -> String {
+    format!(
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{ name: default }}
+spec:
+  template:
+    spec:
+      requirements:
+        - {requirement}
+      nodeClassRef: {{ group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }}
+"
+    )
+}
+
+fn render_refuses_requirement(requirement: &str, message: &str) {
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[
+            ("class.yaml", CLASS),
+            ("pool.yaml", &pool_with_requirement(requirement)),
+        ],
+    );
+    ws.jointer(&["render"]).refused(&[
+        "pool.yaml (rendered):8:",
+        "NodePool/default",
+        "spec.template.spec.requirements[0]",
+        message,
+    ]);
+}
+
+#[test]
+fn yaml_syntax_error() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        "cluster:\n  name: demo\n  region: [us-east-1\n",
+    );
+    ws.jointer(&["render"])
+        .refused(&["jointer.yaml:", "invalid YAML"]);
+}
+
+#[test]
+fn unknown_field_names_the_valid_ones() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        "cluster: { name: demo, region: us-east-1 }\ncontroler: { replicas: 2 }\n",
+    );
+    ws.jointer(&["render"]).refused(&[
+        "jointer.yaml:2:1",
+        "unknown field `controler`",
+        "controller",
+    ]);
+}
+
+#[test]
+fn wrong_type() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        "cluster: { name: demo, region: us-east-1 }\ncontroller:\n  replicas: two\n",
+    );
+    ws.jointer(&["render"])
+        .refused(&["jointer.yaml:3:3", "controller.replicas", "invalid type"]);
+}
+
+#[test]
+fn unknown_enum_value_lists_the_valid_ones() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        "cluster: { name: demo, region: us-east-1 }\nidentity: iam-user\n",
+    );
+    ws.jointer(&["render"])
+        .refused(&["jointer.yaml:2:1", "identity", "pod-identity", "irsa"]);
+}
+
+#[test]
+fn missing_cluster_name() {
+    let ws = Workspace::new();
+    ws.write("jointer.yaml", "cluster:\n  region: us-east-1\n");
+    ws.jointer(&["render"])
+        .refused(&["jointer.yaml:1:1", "cluster", "missing field `name`"]);
+}
+
+#[test]
+fn invalid_cluster_name_and_region_are_both_reported() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        "cluster:\n  name: -demo\n  region: us-east\n",
+    );
+    let run = ws.jointer(&["render"]);
+    run.refused(&[
+        "jointer.yaml:2:3",
+        "cluster.name",
+        "not a valid EKS cluster name",
+    ]);
+    run.refused(&["jointer.yaml:3:3", "cluster.region", "e.g. us-east-1"]);
+}
+
+#[test]
+fn invalid_duration_with_a_space() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        &format!("{CONFIG}templates:\n  values: {{ expire_after: 30 s }}\n"),
+    );
+    ws.jointer(&["render"]).refused(&[
+        "nodepool.yaml.j2 (rendered):",
+        "spec.template.spec.expireAfter",
+        "invalid duration \"30 s\"",
+        "1h30m",
+    ]);
+}
+
+#[test]
+fn negative_duration() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        &format!("{CONFIG}templates:\n  values: {{ expire_after: -1h }}\n"),
+    );
+    ws.jointer(&["render"]).refused(&[
+        "spec.template.spec.expireAfter",
+        "invalid duration \"-1h\"",
+        "Never",
+    ]);
+}
+
+#[test]
+fn invalid_quantity() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        &format!("{CONFIG}templates:\n  values: {{ memory_limit: 10 GB }}\n"),
+    );
+    ws.jointer(&["render"])
+        .refused(&["spec.limits.memory", "invalid quantity \"10 GB\"", "512Mi"]);
+}
+
+#[test]
+fn gt_with_two_values() {
+    render_refuses_requirement(
+        "{ key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['2', '3'] }",
+        "single non-negative integer",
+    );
+}
+
+#[test]
+fn in_without_values() {
+    render_refuses_requirement(
+        "{ key: karpenter.k8s.aws/instance-category, operator: In }",
+        "must have a value",
+    );
+}
+
+#[test]
+fn min_values_above_the_value_count() {
+    render_refuses_requirement(
+        "{ key: karpenter.k8s.aws/instance-category, operator: In, values: [c], minValues: 2 }",
+        "minValues",
+    );
+}
+
+#[test]
+fn restricted_label_domain() {
+    render_refuses_requirement(
+        "{ key: karpenter.sh/nodepool, operator: In, values: [x] }",
+        "restricted",
+    );
+}
+
+#[test]
+fn unknown_operator() {
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[
+            ("class.yaml", CLASS),
+            (
+                "pool.yaml",
+                &pool_with_requirement("{ key: a, operator: Contains, values: [x] }"),
+            ),
+        ],
+    );
+    ws.jointer(&["render"]).refused(&[
+        "pool.yaml (rendered):8:",
+        "spec.template.spec.requirements[0].operator",
+        "unknown variant `Contains`",
+        "Gte",
+    ]);
+}
+
+#[test]
+fn budget_schedule_without_duration() {
+    let pool = format!(
+        "{}  disruption:\n    budgets:\n      - {{ nodes: '0', schedule: '0 9 * * *' }}\n",
+        pool_with_requirement("{ key: a, operator: Exists }")
+    );
+    let ws = Workspace::new();
+    with_templates(&ws, &[("class.yaml", CLASS), ("pool.yaml", &pool)]);
+    ws.jointer(&["render"]).refused(&[
+        "pool.yaml (rendered):12:",
+        "spec.disruption.budgets[0]",
+        "'schedule' must be set with 'duration'",
+    ]);
+}
+
+#[test]
+fn role_and_instance_profile_together() {
+    let class = CLASS.replace(
+        "  role: KarpenterNodeRole-demo\n",
+        "  role: KarpenterNodeRole-demo\n  instanceProfile: my-profile\n",
+    );
+    let ws = Workspace::new();
+    with_templates(&ws, &[("class.yaml", &class)]);
+    ws.jointer(&["render"]).refused(&[
+        "class.yaml (rendered):4:",
+        "EC2NodeClass/default",
+        "exactly one of ['role', 'instanceProfile']",
+    ]);
+}
+
+#[test]
+fn alias_without_version() {
+    let class = CLASS.replace("al2023@latest", "al2023");
+    let ws = Workspace::new();
+    with_templates(&ws, &[("class.yaml", &class)]);
+    ws.jointer(&["render"]).refused(&[
+        "class.yaml (rendered):6:",
+        "spec.amiSelectorTerms[0].alias",
+        "family@version",
+    ]);
+}
+
+#[test]
+fn reserved_tag_key() {
+    let class = format!("{CLASS}  tags: {{ kubernetes.io/cluster/demo: owned }}\n");
+    let ws = Workspace::new();
+    with_templates(&ws, &[("class.yaml", &class)]);
+    ws.jointer(&["render"])
+        .refused(&["class.yaml (rendered):9:", "spec.tags", "reserved"]);
+}
+
+#[test]
+fn template_with_an_undefined_variable() {
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[(
+            "class.yaml",
+            &CLASS.replace("KarpenterNodeRole-demo", "{{ values.rol }}"),
+        )],
+    );
+    ws.jointer(&["render"]).refused(&[
+        "nodes/class.yaml:5",
+        "undefined variable in `values.rol`",
+        "templates.values",
+    ]);
+}
+
+#[test]
+fn template_rendering_invalid_yaml() {
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[(
+            "class.yaml",
+            "apiVersion: karpenter.k8s.aws/v1\nkind: [EC2NodeClass\n",
+        )],
+    );
+    ws.jointer(&["render"])
+        .refused(&["class.yaml (rendered):", "invalid YAML"]);
+}
+
+#[test]
+fn template_syntax_error() {
+    let ws = Workspace::new();
+    with_templates(&ws, &[("class.yaml", "name: {{ cluster.name \n")]);
+    ws.jointer(&["render"])
+        .refused(&["nodes/class.yaml:1", "error"]);
+}
+
+#[test]
+fn missing_file() {
+    let ws = Workspace::new();
+    ws.jointer(&["render", "-f", "nope.yaml"])
+        .refused(&["nope.yaml", "file not found"]);
+}
+
+#[test]
+fn unreadable_file_is_a_directory() {
+    let ws = Workspace::new();
+    ws.write("dir.yaml/x", "");
+    ws.jointer(&["lint", "-f", "dir.yaml"])
+        .refused(&["dir.yaml", "cannot read"]);
+}
+
+#[test]
+fn empty_file() {
+    let ws = Workspace::new();
+    ws.write("jointer.yaml", "# nothing yet\n\n");
+    ws.jointer(&["render"])
+        .refused(&["jointer.yaml", "empty", "jointer init"]);
+}
+
+#[test]
+fn builtin_and_dir_together() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        &format!("{CONFIG}templates:\n  builtin: split\n  dir: nodes\n"),
+    );
+    ws.jointer(&["render"])
+        .refused(&["jointer.yaml:2:1", "either `builtin` or `dir`"]);
+}
+
+#[test]
+fn template_directory_missing() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        &format!("{CONFIG}templates: {{ dir: missing }}\n"),
+    );
+    ws.jointer(&["render"])
+        .refused(&["missing", "cannot read template directory"]);
+}
+
+#[test]
+fn v1beta1_objects_in_templates_point_to_convert() {
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[(
+            "class.yaml",
+            &CLASS.replace("karpenter.k8s.aws/v1", "karpenter.k8s.aws/v1beta1"),
+        )],
+    );
+    ws.jointer(&["render"])
+        .refused(&["class.yaml (rendered):1:1", "jointer convert"]);
+}
+
+#[test]
+fn the_same_object_twice() {
+    let ws = Workspace::new();
+    with_templates(&ws, &[("a.yaml", CLASS), ("b.yaml", CLASS)]);
+    ws.jointer(&["render"])
+        .refused(&["EC2NodeClass/default is defined twice"]);
+}
+
+#[test]
+fn init_refuses_to_overwrite() {
+    let ws = Workspace::new();
+    ws.write("jointer.yaml", "keep me\n");
+    ws.jointer(&["init", "--cluster", "demo"])
+        .refused(&["jointer.yaml", "already exists"]);
+    assert_eq!(ws.read("jointer.yaml"), "keep me\n");
+}
+
+#[test]
+fn init_refuses_an_invalid_cluster_name() {
+    let ws = Workspace::new();
+    ws.jointer(&["init", "--cluster", "my cluster"])
+        .refused(&["--cluster", "not a valid EKS cluster name"]);
+    assert!(!ws.path("jointer.yaml").exists());
+}
+
+#[test]
+fn convert_refuses_a_bad_operator() {
+    let ws = Workspace::new();
+    let input = ws.fixture("convert/seed-v1beta1.yaml").replace(
+        "operator: In, values: [\"amd64\"",
+        "operator: Equals, values: [\"amd64\"",
+    );
+    ws.write("in.yaml", &input);
+    ws.jointer(&["convert", "in.yaml"]).refused(&[
+        "in.yaml:20:",
+        "requirements[1].operator",
+        "unknown variant `Equals`",
+    ]);
+}
+
+#[test]
+fn convert_refuses_malformed_yaml() {
+    let ws = Workspace::new();
+    ws.write(
+        "in.yaml",
+        "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\n  spec: x\n",
+    );
+    ws.jointer(&["convert", "in.yaml"])
+        .refused(&["in.yaml:", "invalid YAML"]);
+}
+
+#[test]
+fn convert_refuses_invalid_values_located_in_the_input() {
+    let ws = Workspace::new();
+    let input = ws
+        .fixture("convert/seed-v1beta1.yaml")
+        .replace("expireAfter: 720h", "expireAfter: 30 days")
+        .replace(
+            "values: [\"c\", \"m\", \"r\"]",
+            "values: [\"c\"], minValues: 3",
+        )
+        .replace(
+            "role: \"KarpenterNodeRole-demo\"",
+            "role: \"KarpenterNodeRole-demo\"\n  instanceProfile: p",
+        );
+    ws.write("in.yaml", &input);
+    let run = ws.jointer(&["convert", "in.yaml"]);
+    // The moved expireAfter is reported where the user wrote it (spec.disruption, line 24).
+    run.refused(&["in.yaml:24:", "invalid duration \"30 days\""]);
+}
+
+#[test]
+fn convert_reports_every_validation_problem() {
+    let ws = Workspace::new();
+    let input = ws
+        .fixture("convert/seed-v1beta1.yaml")
+        .replace(
+            "values: [\"c\", \"m\", \"r\"]",
+            "values: [\"c\"], minValues: 3",
+        )
+        .replace(
+            "role: \"KarpenterNodeRole-demo\"",
+            "role: \"KarpenterNodeRole-demo\"\n  instanceProfile: p",
+        );
+    ws.write("in.yaml", &input);
+    let run = ws.jointer(&["convert", "in.yaml"]);
+    run.refused(&["in.yaml:22:", "requirements[2]", "minValues"]);
+    run.refused(&["in.yaml:5:1", "exactly one of ['role', 'instanceProfile']"]);
+}
+
+#[test]
+fn convert_refuses_kubelet_without_its_class() {
+    let ws = Workspace::new();
+    let pool = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: { name: p }\nspec:\n  template:\n    spec:\n      nodeClassRef: { name: elsewhere }\n      requirements: []\n      kubelet: { maxPods: 50 }\n";
+    ws.write("pool.yaml", pool);
+    ws.jointer(&["convert", "pool.yaml"]).refused(&[
+        "NodePool/p",
+        "kubelet",
+        "\"elsewhere\"",
+        "pass its file too",
+    ]);
+}
+
+#[test]
+fn convert_of_a_missing_file() {
+    let ws = Workspace::new();
+    ws.jointer(&["convert", "gone.yaml"])
+        .refused(&["gone.yaml", "file not found"]);
+}
+
+#[test]
+fn json_output_carries_the_same_diagnostics() {
+    let ws = Workspace::new();
+    ws.write("jointer.yaml", "cluster: { name: demo, region: nowhere }\n");
+    let run = ws.jointer(&["render", "--output", "json"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let out: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON on stdout");
+    assert_eq!(out["ok"], false);
+    let d = &out["diagnostics"][0];
+    assert_eq!(d["field"], "cluster.region");
+    assert_eq!(d["line"], 1);
+    assert_eq!(d["severity"], "error");
+}
