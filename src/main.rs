@@ -5,6 +5,7 @@
 // per command; boxing it everywhere would cost clarity for no measurable gain.
 #![allow(clippy::result_large_err)]
 
+mod bench;
 mod config;
 mod convert;
 mod diagnostics;
@@ -96,11 +97,32 @@ enum Command {
         #[arg(long)]
         rules: bool,
     },
+    /// Benchmark the scheduler: one solve on a profile, with figures (pods/s, price, gap).
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
     /// Convert Karpenter v1beta1 NodePool/EC2NodeClass YAML to v1 (v1 on stdout, changes on stderr).
     Convert {
         /// Input files; pass a NodePool's EC2NodeClass too so its kubelet settings can move.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// One solve of the provisioning scheduler.
+    Scheduling {
+        #[arg(long, value_enum, default_value_t = bench::Profile::Upstream)]
+        profile: bench::Profile,
+        #[arg(long, default_value_t = 5000)]
+        pods: usize,
+        /// Synthetic instance types (upstream profile only).
+        #[arg(long, default_value_t = 400)]
+        instance_types: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
     },
 }
 
@@ -239,6 +261,24 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 }
             }
             if failed {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Bench {
+            what:
+                BenchWhat::Scheduling {
+                    profile,
+                    pods,
+                    instance_types,
+                    seed,
+                },
+        } => {
+            let figures = bench::run(*profile, *pods, *instance_types, *seed)?;
+            match cli.output {
+                Output::Json => print_json(&serde_json::to_value(&figures)?)?,
+                Output::Text => bench::print_table(&figures),
+            }
+            if !figures.plan_verified {
                 return Ok(ExitCode::FAILURE);
             }
         }

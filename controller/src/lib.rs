@@ -5,4 +5,7 @@
 //! for types, validation and CRD generation so the two halves can never disagree.
 
 pub mod api;
+pub mod benchmark;
+pub mod catalog;
 pub mod crds;
+pub mod scheduling;

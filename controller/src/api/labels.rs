@@ -15,6 +15,7 @@ pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
 pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
 pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
 pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
 
 pub const CAPACITY_SPOT: &str = "spot";
 pub const CAPACITY_ON_DEMAND: &str = "on-demand";

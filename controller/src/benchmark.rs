@@ -1,0 +1,259 @@
+//! Benchmark inputs and the price lower bound they are measured against.
+//!
+//! `upstream` reproduces the input of Karpenter's own scheduling benchmark (see the README) so
+//! the two solvers can be compared on the same problem; `lower_bound_per_hour` is the fluid
+//! relaxation — the cheapest *fractional* mix of instance types covering the pods' total CPU,
+//! memory and pod count — which no real plan can beat.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::api::labels;
+use crate::scheduling::pod::{AffinityTerm, Selector, TopologySpread, Unsatisfiable};
+use crate::scheduling::{
+    CapacityType, InstanceType, Offering, PoolInput, Problem, Requirement, Requirements, Resources,
+    SchedPod,
+};
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+/// A small deterministic generator (SplitMix64), so a seed always yields the same workload.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// Upstream's synthetic instance types: type i has i vCPU, 2i GiB, 10i pods, kube-reserved
+/// 100m CPU and 10 Mi memory, spot in zones 1–2 and on-demand in zones 1–3, all priced
+/// 0.1 per vCPU + 0.1 per GiB per hour.
+pub fn upstream_instance_types(count: usize) -> Vec<Arc<InstanceType>> {
+    (1..=count as i64)
+        .map(|i| {
+            let price = 0.1 * i as f64 + 0.1 * (2 * i) as f64;
+            let offer = |zone: usize, capacity_type| Offering {
+                zone: format!("test-zone-{zone}"),
+                capacity_type,
+                price,
+                available: true,
+            };
+            let offerings = vec![
+                offer(1, CapacityType::Spot),
+                offer(2, CapacityType::Spot),
+                offer(1, CapacityType::OnDemand),
+                offer(2, CapacityType::OnDemand),
+                offer(3, CapacityType::OnDemand),
+            ];
+            let mut requirements = Requirements::new();
+            requirements.add(labels::ARCH, Requirement::any_of(["amd64"]));
+            requirements.add(labels::OS, Requirement::any_of(["linux"]));
+            let capacity = Resources {
+                cpu: i * 1000,
+                memory: 2 * i * GIB,
+                pods: 10 * i,
+                ..Resources::ZERO
+            };
+            let overhead = Resources {
+                cpu: 100,
+                memory: 10 * MIB,
+                ..Resources::ZERO
+            };
+            Arc::new(InstanceType::new(
+                &format!("fake-it-{i}"),
+                requirements,
+                capacity,
+                overhead,
+                offerings,
+            ))
+        })
+        .collect()
+}
+
+fn pool(name: &str, instance_types: Vec<Arc<InstanceType>>) -> PoolInput {
+    let mut requirements = Requirements::new();
+    requirements.add(labels::NODEPOOL, Requirement::any_of([name]));
+    PoolInput {
+        name: name.to_string(),
+        weight: 0,
+        requirements,
+        labels: BTreeMap::from([(labels::NODEPOOL.to_string(), name.to_string())]),
+        taints: Vec::new(),
+        instance_types,
+        daemon_overhead: Resources::ZERO,
+        limits: Default::default(),
+        in_use: Resources::ZERO,
+        nodes_in_use: 0,
+    }
+}
+
+const CPUS: [i64; 5] = [100, 250, 500, 1000, 1500];
+const MEMORIES_MIB: [i64; 6] = [100, 256, 512, 1024, 2048, 4096];
+const LABEL_VALUES: usize = 7;
+
+/// Upstream's benchmark workload: `pods` pods in five equal groups — plain; zone spread and
+/// hostname spread (maxSkew 1, DoNotSchedule, selecting one of 7 values of the group's label);
+/// required zone self-affinity (same); required hostname anti-affinity (one label shared by
+/// the whole group, so one such pod per node). Each group uses its own label key.
+pub fn upstream(pods: usize, instance_types: usize, seed: u64) -> Problem {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(pods);
+    for i in 0..pods {
+        let group = i * 5 / pods.max(1);
+        let requests = Resources::cpu_memory(*rng.pick(&CPUS), *rng.pick(&MEMORIES_MIB) * MIB);
+        let mut pod = SchedPod::new("default", &format!("pod-{i}"), requests);
+        let value = format!("value-{}", rng.below(LABEL_VALUES));
+        let spread = |key: &str, label: &str, value: &str| TopologySpread {
+            max_skew: 1,
+            topology_key: key.to_string(),
+            when_unsatisfiable: Unsatisfiable::DoNotSchedule,
+            selector: Selector::label(label, value),
+            min_domains: None,
+            honor_node_affinity: true,
+            honor_taints: false,
+        };
+        match group {
+            0 => {}
+            1 => {
+                pod.labels.insert("zone-spread".into(), value.clone());
+                pod.spreads
+                    .push(spread(labels::ZONE, "zone-spread", &value));
+            }
+            2 => {
+                pod.labels.insert("host-spread".into(), value.clone());
+                pod.spreads
+                    .push(spread(labels::HOSTNAME, "host-spread", &value));
+            }
+            3 => {
+                pod.labels.insert("zone-affinity".into(), value.clone());
+                pod.affinity.push(AffinityTerm {
+                    topology_key: labels::ZONE.into(),
+                    selector: Selector::label("zone-affinity", &value),
+                    namespaces: Vec::new(),
+                });
+            }
+            _ => {
+                pod.labels.insert("host-anti".into(), "true".into());
+                pod.anti_affinity.push(AffinityTerm {
+                    topology_key: labels::HOSTNAME.into(),
+                    selector: Selector::label("host-anti", "true"),
+                    namespaces: Vec::new(),
+                });
+            }
+        }
+        out.push(pod);
+    }
+    Problem {
+        pools: vec![pool("default", upstream_instance_types(instance_types))],
+        existing: Vec::new(),
+        pods: out,
+    }
+}
+
+/// A realistic mixed workload for the `aws` profile: services of a few sizes, a memory-heavy
+/// cache tier and CPU-heavy batch workers (no spread or affinity, so the lower bound is tight).
+pub fn mixed_workload(pods: usize, seed: u64) -> Vec<SchedPod> {
+    let mut rng = Rng::new(seed);
+    // (share of pods in 1/20, cpu m, memory Mi)
+    const SHAPES: [(usize, i64, i64); 6] = [
+        (6, 250, 512),
+        (4, 500, 1024),
+        (3, 1000, 2048),
+        (2, 2000, 4096),
+        (3, 500, 8192),
+        (2, 4000, 4096),
+    ];
+    (0..pods)
+        .map(|i| {
+            let mut slot = rng.below(20);
+            let shape = SHAPES.iter().find(|(share, _, _)| {
+                if slot < *share {
+                    true
+                } else {
+                    slot -= share;
+                    false
+                }
+            });
+            let (_, cpu, mem) = shape.copied().unwrap_or(SHAPES[0]);
+            SchedPod::new(
+                "default",
+                &format!("pod-{i}"),
+                Resources::cpu_memory(cpu, mem * MIB),
+            )
+        })
+        .collect()
+}
+
+/// The cheapest fractional mix of the pools' instance types (at their cheapest offering) that
+/// covers the pods' total CPU, memory and pod count: a lower bound on any plan's $/hour.
+pub fn lower_bound_per_hour(problem: &Problem) -> Option<f64> {
+    use minilp::{ComparisonOp, OptimizationDirection, Problem as Lp};
+    let total = problem
+        .pods
+        .iter()
+        .fold(Resources::ZERO, |acc, p| acc + p.requests);
+    let mut lp = Lp::new(OptimizationDirection::Minimize);
+    let mut cpu = Vec::new();
+    let mut memory = Vec::new();
+    let mut pods = Vec::new();
+    for pool in &problem.pools {
+        for t in pool
+            .instance_types
+            .iter()
+            .filter(|t| t.requirements.conflict(&pool.requirements).is_none())
+        {
+            let Some(offering) = t.cheapest(&pool.requirements) else {
+                continue;
+            };
+            let allocatable = t.allocatable - pool.daemon_overhead;
+            let x = lp.add_var(offering.price, (0.0, f64::INFINITY));
+            cpu.push((x, allocatable.cpu as f64));
+            // GiB keeps the coefficients well scaled for the simplex.
+            memory.push((x, allocatable.memory as f64 / GIB as f64));
+            pods.push((x, allocatable.pods as f64));
+        }
+    }
+    lp.add_constraint(&cpu, ComparisonOp::Ge, total.cpu as f64);
+    lp.add_constraint(&memory, ComparisonOp::Ge, total.memory as f64 / GIB as f64);
+    lp.add_constraint(&pods, ComparisonOp::Ge, total.pods as f64);
+    lp.solve().ok().map(|s| s.objective())
+}
+
+/// The `aws` profile: the embedded catalog's us-east-1 types under a NodePool like the
+/// default template (categories c/m/r, spot and on-demand, amd64 and arm64) and
+/// [`mixed_workload`].
+pub fn aws(pods: usize, seed: u64) -> Result<Problem, crate::catalog::CatalogError> {
+    let catalog = crate::catalog::Catalog::embedded()?;
+    let types = catalog.instance_types("us-east-1", &Default::default(), None)?;
+    let mut p = pool("default", types);
+    p.requirements.add(
+        labels::INSTANCE_CATEGORY,
+        Requirement::any_of(["c", "m", "r"]),
+    );
+    p.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::any_of(["spot", "on-demand"]),
+    );
+    p.requirements
+        .add(labels::ARCH, Requirement::any_of(["amd64", "arm64"]));
+    Ok(Problem {
+        pools: vec![p],
+        existing: Vec::new(),
+        pods: mixed_workload(pods, seed),
+    })
+}

@@ -1,0 +1,163 @@
+//! What the kubelet on an EKS-optimized AMI keeps for itself, so the solver's allocatable
+//! matches what the node will report (if it over-estimates, pods do not fit on the node that
+//! was launched for them and the provisioner loops).
+//!
+//! The formulas are those nodeadm/bootstrap apply on AWS: VM memory overhead 7.5 %, max pods
+//! from ENI limits, kube-reserved memory 11 MiB per pod + 255 MiB, kube-reserved CPU on a
+//! sliding scale per core, 1 GiB kube-reserved ephemeral storage, hard eviction at 100 Mi.
+
+use super::resources::Resources;
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+/// The hardware of an instance type that overhead depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct Hardware {
+    pub vcpu: i64,
+    pub memory_mib: i64,
+    pub enis: i64,
+    pub ipv4_per_eni: i64,
+}
+
+/// Kubelet settings from the EC2NodeClass that change capacity or overhead.
+#[derive(Debug, Clone, Default)]
+pub struct KubeletSettings {
+    pub max_pods: Option<i64>,
+    pub pods_per_core: Option<i64>,
+    /// Replaces the computed kube-reserved for the resources it names.
+    pub kube_reserved: Option<Resources>,
+    pub system_reserved: Resources,
+    /// memory.available eviction threshold in bytes, if configured.
+    pub eviction_memory: Option<i64>,
+    /// Root volume size in bytes (ephemeral storage capacity).
+    pub root_volume_bytes: Option<i64>,
+}
+
+/// Virtualisation takes this share of the advertised memory before the kubelet sees it.
+pub const VM_MEMORY_OVERHEAD: f64 = 0.075;
+/// Karpenter's default root volume for AL2023.
+pub const DEFAULT_ROOT_VOLUME: i64 = 20 * GIB;
+
+/// ENIs × (IPv4 addresses per ENI − 1) + 2: one address per ENI is the ENI's own, and two
+/// host-network pods (aws-node, kube-proxy) need none.
+pub fn eni_max_pods(hw: &Hardware) -> i64 {
+    (hw.enis * (hw.ipv4_per_eni - 1) + 2).max(1)
+}
+
+pub fn max_pods(hw: &Hardware, kubelet: &KubeletSettings) -> i64 {
+    let base = kubelet.max_pods.unwrap_or_else(|| eni_max_pods(hw));
+    match kubelet.pods_per_core {
+        Some(per_core) if per_core > 0 => base.min(per_core * hw.vcpu),
+        _ => base,
+    }
+}
+
+/// 6 % of the first core, 1 % of the second, 0.5 % of cores 3–4, 0.25 % of the rest (in m).
+pub fn kube_reserved_cpu_millis(vcpu: i64) -> i64 {
+    let mut reserved: f64 = 0.0;
+    for core in 1..=vcpu {
+        reserved += match core {
+            1 => 60.0,
+            2 => 10.0,
+            3 | 4 => 5.0,
+            _ => 2.5,
+        };
+    }
+    reserved.ceil() as i64
+}
+
+/// Capacity and overhead of a node of this hardware under these kubelet settings.
+pub fn capacity_and_overhead(hw: &Hardware, kubelet: &KubeletSettings) -> (Resources, Resources) {
+    let pods = max_pods(hw, kubelet);
+    let memory = hw.memory_mib * MIB;
+    let capacity = Resources {
+        cpu: hw.vcpu * 1000,
+        memory: memory - (memory as f64 * VM_MEMORY_OVERHEAD).ceil() as i64,
+        pods,
+        ephemeral_storage: kubelet.root_volume_bytes.unwrap_or(DEFAULT_ROOT_VOLUME),
+        ..Resources::ZERO
+    };
+    let computed = Resources {
+        cpu: kube_reserved_cpu_millis(hw.vcpu),
+        memory: (11 * pods + 255) * MIB,
+        ephemeral_storage: GIB,
+        ..Resources::ZERO
+    };
+    let kube_reserved = match &kubelet.kube_reserved {
+        None => computed,
+        Some(explicit) => Resources {
+            cpu: if explicit.cpu > 0 {
+                explicit.cpu
+            } else {
+                computed.cpu
+            },
+            memory: if explicit.memory > 0 {
+                explicit.memory
+            } else {
+                computed.memory
+            },
+            ephemeral_storage: if explicit.ephemeral_storage > 0 {
+                explicit.ephemeral_storage
+            } else {
+                computed.ephemeral_storage
+            },
+            ..Resources::ZERO
+        },
+    };
+    let eviction = Resources {
+        memory: kubelet.eviction_memory.unwrap_or(100 * MIB),
+        // nodefs.available defaults to 10 % of the root volume.
+        ephemeral_storage: capacity.ephemeral_storage / 10,
+        ..Resources::ZERO
+    };
+    (capacity, kube_reserved + kubelet.system_reserved + eviction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn m5_large_matches_what_an_eks_node_reports() {
+        // m5.large: 2 vCPU, 8 GiB, 3 ENIs × 10 IPv4 → 29 pods.
+        let hw = Hardware {
+            vcpu: 2,
+            memory_mib: 8192,
+            enis: 3,
+            ipv4_per_eni: 10,
+        };
+        let (capacity, overhead) = capacity_and_overhead(&hw, &KubeletSettings::default());
+        assert_eq!(capacity.pods, 29);
+        assert_eq!(overhead.cpu, 70);
+        assert_eq!(overhead.memory, (11 * 29 + 255 + 100) * MIB);
+        let allocatable = capacity - overhead;
+        assert_eq!(allocatable.cpu, 1930);
+        // 8192 Mi × 0.925 − 574 Mi − 100 Mi ≈ 6903 Mi
+        assert_eq!(allocatable.memory / MIB, 6903);
+    }
+
+    #[test]
+    fn cpu_reservation_follows_the_sliding_scale() {
+        assert_eq!(kube_reserved_cpu_millis(1), 60);
+        assert_eq!(kube_reserved_cpu_millis(4), 80);
+        assert_eq!(kube_reserved_cpu_millis(96), 80 + 92 * 5 / 2);
+    }
+
+    #[test]
+    fn kubelet_settings_override_max_pods() {
+        let hw = Hardware {
+            vcpu: 4,
+            memory_mib: 16384,
+            enis: 4,
+            ipv4_per_eni: 15,
+        };
+        assert_eq!(max_pods(&hw, &KubeletSettings::default()), 58);
+        let kubelet = KubeletSettings {
+            max_pods: Some(110),
+            pods_per_core: Some(10),
+            ..Default::default()
+        };
+        assert_eq!(max_pods(&hw, &kubelet), 40);
+    }
+}

@@ -1,0 +1,286 @@
+//! The solver's input and output, as plain data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use super::instance_type::{CapacityType, InstanceType, Offering};
+use super::pod::{PodKey, SchedPod};
+use super::requirements::Requirements;
+use super::resources::{format_amount, Resources};
+use super::topology::TopologyRejection;
+use crate::api::Taint;
+
+/// Upper bounds from `NodePool.spec.limits` (None: unlimited).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub cpu: Option<i64>,
+    pub memory: Option<i64>,
+    pub nodes: Option<i64>,
+}
+
+/// A NodePool, resolved: requirements (including its template labels), taints, the instance
+/// types its EC2NodeClass can launch, and what it already uses.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    pub name: String,
+    pub weight: i32,
+    /// Pool requirements, template labels (as `In [v]`) and `karpenter.sh/nodepool`.
+    pub requirements: Requirements,
+    /// Labels nodes of this pool carry (template labels and the pool name).
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub instance_types: Vec<Arc<InstanceType>>,
+    /// Requests of the DaemonSet pods that will run on every node of this pool.
+    pub daemon_overhead: Resources,
+    pub limits: Limits,
+    /// Capacity of this pool's existing and in-flight nodes (counted against limits).
+    pub in_use: Resources,
+    pub nodes_in_use: i64,
+}
+
+/// A node that exists (or a NodeClaim in flight), with what is already on it.
+#[derive(Debug, Clone)]
+pub struct ExistingNode {
+    pub name: String,
+    pub pool: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    /// Requests of the pods already bound (DaemonSets included).
+    pub requested: Resources,
+    pub pods: Vec<SchedPod>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Problem {
+    pub pools: Vec<PoolInput>,
+    pub existing: Vec<ExistingNode>,
+    pub pods: Vec<SchedPod>,
+}
+
+/// A node to launch: its pool, requirements, pods, and the instance types that fit them all,
+/// cheapest first.
+#[derive(Debug, Clone)]
+pub struct NodeClaimPlan {
+    pub pool: String,
+    pub hostname: String,
+    pub requirements: Requirements,
+    pub instance_types: Vec<Arc<InstanceType>>,
+    pub pods: Vec<PodKey>,
+    /// Pods plus DaemonSet overhead.
+    pub requests: Resources,
+}
+
+/// What would be bought: a type and an offering.
+#[derive(Debug, Clone)]
+pub struct LaunchChoice<'a> {
+    pub instance_type: &'a InstanceType,
+    pub offering: &'a Offering,
+}
+
+impl NodeClaimPlan {
+    /// The offering a launch would use: reserved capacity first, otherwise the cheapest
+    /// offering (spot dearer than on-demand is never chosen, since the cheapest wins).
+    pub fn launch_choice(&self) -> Option<LaunchChoice<'_>> {
+        let offerings = self.instance_types.iter().flat_map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.available && o.matches(&self.requirements))
+                .map(move |o| (t.as_ref(), o))
+        });
+        offerings
+            .min_by(|(_, a), (_, b)| {
+                (a.capacity_type != CapacityType::Reserved)
+                    .cmp(&(b.capacity_type != CapacityType::Reserved))
+                    .then(a.price.total_cmp(&b.price))
+            })
+            .map(|(instance_type, offering)| LaunchChoice {
+                instance_type,
+                offering,
+            })
+    }
+
+    /// Distinct values of `key` among the remaining instance types (for `minValues`).
+    pub fn distinct_values(&self, key: &str) -> BTreeSet<String> {
+        self.instance_types
+            .iter()
+            .filter_map(|t| t.requirements.get(key).and_then(|r| r.values()))
+            .flatten()
+            .cloned()
+            .collect()
+    }
+}
+
+/// Why one NodePool (or the existing nodes) cannot take a pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rejection {
+    /// The pool's taint is not tolerated.
+    Taint(String),
+    /// The pool's requirement on `key` and the pod's cannot both hold.
+    Requirement {
+        key: String,
+        pool: String,
+        pod: String,
+    },
+    /// The pod needs a label the pool's nodes will not have.
+    MissingLabel {
+        key: String,
+        pod: String,
+    },
+    /// No instance type is large enough; the closest one and what it lacks.
+    NoInstanceTypeFits {
+        closest: Option<String>,
+        shortfalls: Vec<(&'static str, i64, i64)>,
+    },
+    /// No instance type (of the ones the requirements allow) is left at all.
+    NoInstanceTypes,
+    /// The pod requests a resource no instance type provides.
+    UnknownResource(String),
+    MinValues {
+        key: String,
+        needed: usize,
+        available: usize,
+    },
+    Limit {
+        resource: &'static str,
+        limit: i64,
+        in_use: i64,
+    },
+    Topology(TopologyRejection),
+    HostPort(i32),
+}
+
+impl Rejection {
+    /// Whether the node will refuse the pod's constraint signature forever, whatever its
+    /// requests: taints, labels and host ports of a node never change, and the pods whose
+    /// presence triggers anti-affinity (or a hostname spread, whose minimum stays 0) are never
+    /// removed during a solve.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Rejection::Taint(_)
+            | Rejection::Requirement { .. }
+            | Rejection::MissingLabel { .. }
+            | Rejection::HostPort(_)
+            | Rejection::UnknownResource(_) => true,
+            Rejection::Topology(
+                TopologyRejection::AntiAffinity { .. }
+                | TopologyRejection::ExcludedByOthers { .. }
+                | TopologyRejection::UnknownDomain { .. },
+            ) => true,
+            Rejection::Topology(TopologyRejection::Spread { key, .. }) => {
+                key == crate::api::labels::HOSTNAME
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Taint(t) => write!(f, "taint {t} is not tolerated"),
+            Rejection::Requirement { key, pool, pod } => write!(
+                f,
+                "requirement {key}: the pool allows {pool}, the pod needs {pod}"
+            ),
+            Rejection::MissingLabel { key, pod } => write!(
+                f,
+                "the pod needs label {key} {pod}, which the pool's nodes do not carry"
+            ),
+            Rejection::NoInstanceTypeFits {
+                closest: Some(name),
+                shortfalls,
+            } => {
+                let parts: Vec<String> = shortfalls
+                    .iter()
+                    .map(|(r, need, have)| {
+                        format!(
+                            "{r} {} > {} allocatable (short by {})",
+                            format_amount(r, *need),
+                            format_amount(r, *have),
+                            format_amount(r, need - have)
+                        )
+                    })
+                    .collect();
+                write!(
+                    f,
+                    "no instance type fits; closest is {name}: {}",
+                    parts.join(", ")
+                )
+            }
+            Rejection::NoInstanceTypeFits { closest: None, .. } => {
+                f.write_str("no instance type fits")
+            }
+            Rejection::NoInstanceTypes => {
+                f.write_str("no instance type satisfies its requirements")
+            }
+            Rejection::UnknownResource(r) => {
+                write!(f, "resource {r} is provided by no instance type")
+            }
+            Rejection::MinValues {
+                key,
+                needed,
+                available,
+            } => write!(
+                f,
+                "minValues {needed} for {key} cannot be met: only {available} distinct values fit"
+            ),
+            Rejection::Limit {
+                resource,
+                limit,
+                in_use,
+            } => write!(
+                f,
+                "limit {resource} {} reached ({} in use or in flight)",
+                format_amount(resource, *limit),
+                format_amount(resource, *in_use)
+            ),
+            Rejection::Topology(t) => t.fmt(f),
+            Rejection::HostPort(p) => write!(f, "host port {p} is already taken"),
+        }
+    }
+}
+
+/// A pod that cannot be placed, with every pool's reason.
+#[derive(Debug, Clone)]
+pub struct Unschedulable {
+    pub pod: PodKey,
+    /// (NodePool name, why not)
+    pub reasons: Vec<(String, Rejection)>,
+}
+
+impl Unschedulable {
+    /// One line for an Event or `jointer explain`.
+    pub fn message(&self) -> String {
+        if self.reasons.is_empty() {
+            return "no NodePool is available (none exists, or none has a Ready node class)"
+                .to_string();
+        }
+        let parts: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(pool, r)| format!("NodePool {pool}: {r}"))
+            .collect();
+        parts.join("; ")
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub nodeclaims: Vec<NodeClaimPlan>,
+    /// Pods placed on existing nodes, by node name.
+    pub existing: BTreeMap<String, Vec<PodKey>>,
+    pub unschedulable: Vec<Unschedulable>,
+}
+
+impl Plan {
+    /// Total $/hour of the launch choices.
+    pub fn price_per_hour(&self) -> f64 {
+        self.nodeclaims
+            .iter()
+            .filter_map(|n| n.launch_choice())
+            .map(|c| c.offering.price)
+            .sum()
+    }
+}

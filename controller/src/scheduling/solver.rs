@@ -1,0 +1,816 @@
+//! The provisioning solver: places pending pods on existing nodes, on NodeClaims planned in
+//! this pass, or on new NodeClaims from the NodePools by weight, keeping for each NodeClaim the
+//! whole set of instance types that still fit all its pods.
+//!
+//! Pods go in upstream's order (CPU, then memory, descending). Each pod first tries with all its
+//! preferences as if required; only if that fails are they relaxed one by one. A NodeClaim is
+//! first-fit: the earliest one that can take the pod does, which packs nodes densely.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use super::instance_type::InstanceType;
+use super::pod::{untolerated, SchedPod};
+use super::problem::{
+    ExistingNode, Limits, NodeClaimPlan, Plan, PoolInput, Problem, Rejection, Unschedulable,
+};
+use super::requirements::{Requirement, Requirements};
+use super::resources::{Resources, CPU, MEMORY};
+use super::topology::{ActiveTerms, Placement, Topology};
+use crate::api::labels;
+
+/// Plans NodeClaims for `problem`'s pending pods.
+pub fn solve(problem: &Problem) -> Plan {
+    Solver::new(problem).run()
+}
+
+/// One scheduling attempt's view of a pod: its node requirements and active preferences.
+#[derive(Debug, Clone)]
+struct Attempt {
+    requirements: Option<Requirements>,
+    active: ActiveTerms,
+}
+
+struct PoolState<'a> {
+    input: &'a PoolInput,
+    /// Instance types, cheapest first.
+    types: Vec<Arc<InstanceType>>,
+    /// Label keys the instance types define (so a pod may require them).
+    type_keys: HashSet<String>,
+    /// Types whose price per unit of this workload's resource mix is near the best: new
+    /// NodeClaims start from these, so big nodes are not built on poor-value types.
+    efficient: Vec<u32>,
+    /// Sum of the largest remaining capacity of each planned NodeClaim (pessimistic, as
+    /// upstream: the launch may pick any of them).
+    reserved: Resources,
+    planned: i64,
+}
+
+struct Candidate {
+    pool: usize,
+    hostname: String,
+    requirements: Requirements,
+    types: Vec<u32>,
+    max_allocatable: Resources,
+    max_capacity: Resources,
+    requests: Resources,
+    pods: Vec<usize>,
+    ports: Vec<(String, String, i32)>,
+}
+
+struct Existing<'a> {
+    node: &'a ExistingNode,
+    requirements: Requirements,
+    free: Resources,
+    pods: Vec<usize>,
+    ports: Vec<(String, String, i32)>,
+}
+
+/// What adding a pod changes on a NodeClaim.
+struct Update {
+    requirements: Option<Requirements>,
+    types: Vec<u32>,
+    placement: Placement,
+}
+
+struct Solver<'a> {
+    problem: &'a Problem,
+    /// Per (constraint signature, attempt): how many leading existing nodes and candidates
+    /// are known to refuse it permanently (see [`Rejection::is_permanent`]).
+    skip: HashMap<(u64, usize), (usize, usize)>,
+    pools: Vec<PoolState<'a>>,
+    existing: Vec<Existing<'a>>,
+    candidates: Vec<Candidate>,
+    topology: Topology,
+}
+
+fn ports_conflict(used: &[(String, String, i32)], wanted: &[(String, String, i32)]) -> Option<i32> {
+    wanted.iter().find_map(|(proto, ip, port)| {
+        used.iter()
+            .any(|(p, i, n)| {
+                p == proto
+                    && n == port
+                    && (i == ip
+                        || i.is_empty()
+                        || ip.is_empty()
+                        || i == "0.0.0.0"
+                        || ip == "0.0.0.0")
+            })
+            .then_some(*port)
+    })
+}
+
+/// Share above the best single-type cost at which a type still counts as efficient.
+const EFFICIENCY_TOLERANCE: f64 = 0.10;
+
+/// The types that could host the whole workload alone (as a fluid mix of identical nodes)
+/// within [`EFFICIENCY_TOLERANCE`] of the cheapest such type.
+fn efficient_types(
+    types: &[Arc<InstanceType>],
+    requirements: &Requirements,
+    pods: &[SchedPod],
+    daemon: Resources,
+) -> Vec<u32> {
+    let demand = pods.iter().fold(Resources::ZERO, |acc, p| acc + p.requests);
+    let cover_cost = |t: &InstanceType| -> Option<f64> {
+        let price = t.cheapest(requirements)?.price;
+        let a = t.allocatable - daemon;
+        let ratio = |need: i64, have: i64| {
+            if need == 0 {
+                0.0
+            } else if have <= 0 {
+                f64::INFINITY
+            } else {
+                need as f64 / have as f64
+            }
+        };
+        let copies = [
+            ratio(demand.cpu, a.cpu),
+            ratio(demand.memory, a.memory),
+            ratio(demand.pods, a.pods),
+        ]
+        .into_iter()
+        .fold(0.0, f64::max);
+        copies.is_finite().then_some(price * copies)
+    };
+    let costs: Vec<Option<f64>> = types.iter().map(|t| cover_cost(t)).collect();
+    let best = costs
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    (0..types.len() as u32)
+        .filter(|&i| costs[i as usize].is_some_and(|c| c <= best * (1.0 + EFFICIENCY_TOLERANCE)))
+        .collect()
+}
+
+fn elementwise_max<'t>(types: impl Iterator<Item = &'t InstanceType>) -> (Resources, Resources) {
+    types.fold((Resources::ZERO, Resources::ZERO), |(a, c), t| {
+        (a.max(&t.allocatable), c.max(&t.capacity))
+    })
+}
+
+impl<'a> Solver<'a> {
+    fn new(problem: &'a Problem) -> Self {
+        let mut pools: Vec<PoolState> = problem
+            .pools
+            .iter()
+            .map(|input| {
+                let mut types: Vec<(f64, Arc<InstanceType>)> = input
+                    .instance_types
+                    .iter()
+                    .filter(|t| t.requirements.conflict(&input.requirements).is_none())
+                    .filter_map(|t| {
+                        t.cheapest(&input.requirements)
+                            .map(|o| (o.price, t.clone()))
+                    })
+                    .collect();
+                types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+                let type_keys = types
+                    .iter()
+                    .flat_map(|(_, t)| t.requirements.iter().map(|(k, _)| k.clone()))
+                    .collect();
+                let types: Vec<Arc<InstanceType>> = types.into_iter().map(|(_, t)| t).collect();
+                let efficient = efficient_types(
+                    &types,
+                    &input.requirements,
+                    &problem.pods,
+                    input.daemon_overhead,
+                );
+                PoolState {
+                    input,
+                    types,
+                    type_keys,
+                    efficient,
+                    reserved: Resources::ZERO,
+                    planned: 0,
+                }
+            })
+            .collect();
+        // Higher weight first; ties by name for determinism.
+        pools.sort_by(|a, b| {
+            b.input
+                .weight
+                .cmp(&a.input.weight)
+                .then_with(|| a.input.name.cmp(&b.input.name))
+        });
+
+        let existing: Vec<Existing> = problem
+            .existing
+            .iter()
+            .map(|node| Existing {
+                node,
+                requirements: Requirements::from_labels(&node.labels),
+                free: node.allocatable - node.requested,
+                pods: Vec::new(),
+                ports: node
+                    .pods
+                    .iter()
+                    .flat_map(|p| p.host_ports.clone())
+                    .collect(),
+            })
+            .collect();
+
+        // Spread domains: every value a pool's instance types or an existing node can have.
+        let mut universe: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        let keys: HashSet<&str> = problem
+            .pods
+            .iter()
+            .flat_map(|p| p.spreads.iter().map(|s| s.topology_key.as_str()))
+            .collect();
+        for key in keys {
+            let key = super::requirements::normalize_key(key);
+            let set = universe.entry(key.to_string()).or_default();
+            for pool in &pools {
+                for t in &pool.types {
+                    let allowed = pool.input.requirements.get(key);
+                    if let Some(values) = t.requirements.get(key).and_then(|r| r.values()) {
+                        set.extend(
+                            values
+                                .iter()
+                                .filter(|v| allowed.is_none_or(|a| a.has(v)))
+                                .cloned(),
+                        );
+                    }
+                }
+            }
+            for node in &problem.existing {
+                if let Some(v) = node.labels.get(key) {
+                    set.insert(v.clone());
+                }
+            }
+        }
+        let running: Vec<(&SchedPod, &Requirements, &str)> = existing
+            .iter()
+            .flat_map(|e| {
+                e.node
+                    .pods
+                    .iter()
+                    .map(move |p| (p, &e.requirements, e.node.name.as_str()))
+            })
+            .collect();
+        let topology = Topology::new(&problem.pods, &running, universe);
+        Solver {
+            problem,
+            skip: HashMap::new(),
+            pools,
+            existing,
+            candidates: Vec::new(),
+            topology,
+        }
+    }
+
+    fn run(mut self) -> Plan {
+        let pods = &self.problem.pods;
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&pods[a], &pods[b]);
+            pb.requests
+                .cpu
+                .cmp(&pa.requests.cpu)
+                .then(pb.requests.memory.cmp(&pa.requests.memory))
+                .then(pa.created.cmp(&pb.created))
+                .then_with(|| pa.key.cmp(&pb.key))
+        });
+        let mut unschedulable = Vec::new();
+        for p in order {
+            if let Err(reasons) = self.schedule(p) {
+                unschedulable.push(Unschedulable {
+                    pod: pods[p].key.clone(),
+                    reasons,
+                });
+            }
+        }
+        self.into_plan(unschedulable)
+    }
+
+    /// The attempts for a pod, strictest first: every preference as if required; then
+    /// preferred pod (anti-)affinity dropped; then preferred node terms dropped one by one
+    /// (weakest first); then ScheduleAnyway spreads ignored; then each further required
+    /// node-affinity term (OR) without preferences.
+    fn attempts(pod: &SchedPod) -> Vec<Attempt> {
+        let terms: Vec<Option<&Requirements>> = if pod.node_terms.is_empty() {
+            vec![None]
+        } else {
+            pod.node_terms.iter().map(Some).collect()
+        };
+        let anyway = pod
+            .spreads
+            .iter()
+            .any(|s| s.when_unsatisfiable == super::pod::Unsatisfiable::ScheduleAnyway);
+        let pref_affinity =
+            !(pod.preferred_affinity.is_empty() && pod.preferred_anti_affinity.is_empty());
+        let attempt = |term: Option<&Requirements>,
+                       kept: usize,
+                       preferred_affinity: bool,
+                       schedule_anyway_spreads: bool| {
+            let mut r = term.cloned().unwrap_or_default();
+            for p in &pod.preferred_node[..kept] {
+                r.add_all(p);
+            }
+            Attempt {
+                requirements: (!r.is_empty()).then_some(r),
+                active: ActiveTerms {
+                    preferred_affinity,
+                    schedule_anyway_spreads,
+                },
+            }
+        };
+        let mut out = Vec::new();
+        for (i, term) in terms.into_iter().enumerate() {
+            if i > 0 {
+                out.push(attempt(term, 0, false, false));
+                continue;
+            }
+            let all = pod.preferred_node.len();
+            out.push(attempt(term, all, pref_affinity, anyway));
+            if pref_affinity {
+                out.push(attempt(term, all, false, anyway));
+            }
+            for kept in (0..all).rev() {
+                out.push(attempt(term, kept, false, anyway));
+            }
+            if anyway {
+                out.push(attempt(term, 0, false, false));
+            }
+        }
+        out
+    }
+
+    fn schedule(&mut self, p: usize) -> Result<(), Vec<(String, Rejection)>> {
+        let pod = &self.problem.pods[p];
+        if let Some(r) = pod.unknown_resources.first() {
+            let reasons = self
+                .pools
+                .iter()
+                .map(|pool| {
+                    (
+                        pool.input.name.clone(),
+                        Rejection::UnknownResource(r.clone()),
+                    )
+                })
+                .collect();
+            return Err(reasons);
+        }
+        let attempts = Self::attempts(pod);
+        let signature = pod.constraint_signature();
+        for (a, attempt) in attempts.iter().enumerate() {
+            let (start_existing, start_candidates) =
+                self.skip.get(&(signature, a)).copied().unwrap_or((0, 0));
+            let (mut skip_existing, mut skip_candidates) = (start_existing, start_candidates);
+            for e in start_existing..self.existing.len() {
+                match self.try_existing(e, p, attempt) {
+                    Ok(placement) => {
+                        let existing = &mut self.existing[e];
+                        existing.free = existing.free - pod.requests;
+                        existing.pods.push(p);
+                        existing.ports.extend(pod.host_ports.iter().cloned());
+                        self.topology.record(p, &placement);
+                        return Ok(());
+                    }
+                    Err(r) if r.is_permanent() && e == skip_existing => skip_existing += 1,
+                    Err(_) => {}
+                }
+            }
+            for c in start_candidates..self.candidates.len() {
+                match self.try_candidate(&self.candidates[c], p, attempt) {
+                    Ok(update) => {
+                        self.skip
+                            .insert((signature, a), (skip_existing, skip_candidates));
+                        self.commit(c, p, update);
+                        return Ok(());
+                    }
+                    Err(r) if r.is_permanent() && c == skip_candidates => skip_candidates += 1,
+                    Err(_) => {}
+                }
+            }
+            self.skip
+                .insert((signature, a), (skip_existing, skip_candidates));
+            for pool in 0..self.pools.len() {
+                if let Ok((candidate, update)) = self.new_candidate(pool, p, attempt) {
+                    self.candidates.push(candidate);
+                    self.commit(self.candidates.len() - 1, p, update);
+                    return Ok(());
+                }
+            }
+        }
+        // Explain with the most relaxed attempt: why each pool cannot take the pod.
+        let last = attempts.last().cloned().unwrap_or(Attempt {
+            requirements: None,
+            active: ActiveTerms {
+                preferred_affinity: false,
+                schedule_anyway_spreads: false,
+            },
+        });
+        Err((0..self.pools.len())
+            .map(|pool| {
+                let reason = match self.new_candidate(pool, p, &last) {
+                    Err(Rejection::NoInstanceTypeFits { .. }) => self.closest_fit(pool, p, &last),
+                    Err(r) => r,
+                    Ok(_) => Rejection::NoInstanceTypes,
+                };
+                (self.pools[pool].input.name.clone(), reason)
+            })
+            .collect())
+    }
+
+    fn try_existing(&self, e: usize, p: usize, attempt: &Attempt) -> Result<Placement, Rejection> {
+        let existing = &self.existing[e];
+        let pod = &self.problem.pods[p];
+        if !pod.requests.fits_in(&existing.free) {
+            return Err(Rejection::NoInstanceTypeFits {
+                closest: None,
+                shortfalls: Vec::new(),
+            });
+        }
+        if let Some(t) = untolerated(&existing.node.taints, &pod.tolerations) {
+            return Err(Rejection::Taint(t.key.clone()));
+        }
+        if let Some(port) = ports_conflict(&existing.ports, &pod.host_ports) {
+            return Err(Rejection::HostPort(port));
+        }
+        if let Some(req) = &attempt.requirements {
+            if let Some((key, r)) = req.unsatisfied_on(&existing.requirements) {
+                return Err(Rejection::MissingLabel {
+                    key: key.to_string(),
+                    pod: r.to_string(),
+                });
+            }
+        }
+        if self.topology.is_free(p) {
+            return Ok(Vec::new());
+        }
+        let name = existing.node.name.clone();
+        let labels = &existing.node.labels;
+        let domains = |key: &str| -> Option<Vec<String>> {
+            if key == labels::HOSTNAME {
+                return Some(vec![name.clone()]);
+            }
+            labels.get(key).map(|v| vec![v.clone()])
+        };
+        self.topology
+            .place(
+                p,
+                pod,
+                attempt.active,
+                attempt.requirements.as_ref(),
+                &domains,
+            )
+            .map_err(Rejection::Topology)
+    }
+
+    fn try_candidate(
+        &self,
+        c: &Candidate,
+        p: usize,
+        attempt: &Attempt,
+    ) -> Result<Update, Rejection> {
+        let pod = &self.problem.pods[p];
+        let pool = &self.pools[c.pool];
+        let requests = c.requests + pod.requests;
+        if !requests.fits_in(&c.max_allocatable) {
+            return Err(Rejection::NoInstanceTypeFits {
+                closest: None,
+                shortfalls: Vec::new(),
+            });
+        }
+        if let Some(t) = untolerated(&pool.input.taints, &pod.tolerations) {
+            return Err(Rejection::Taint(format!(
+                "{}={}:{:?}",
+                t.key,
+                t.value.as_deref().unwrap_or(""),
+                t.effect
+            )));
+        }
+        if let Some(port) = ports_conflict(&c.ports, &pod.host_ports) {
+            return Err(Rejection::HostPort(port));
+        }
+        let mut merged: Option<Requirements> = None;
+        if let Some(req) = &attempt.requirements {
+            if let Some((key, pod_req, pool_req)) = req.conflict(&c.requirements) {
+                return Err(Rejection::Requirement {
+                    key: key.to_string(),
+                    pool: pool_req.to_string(),
+                    pod: pod_req.to_string(),
+                });
+            }
+            for (key, r) in req.iter() {
+                if c.requirements.get(key).is_none()
+                    && !pool.type_keys.contains(key)
+                    && !r.allows_absence()
+                {
+                    return Err(Rejection::MissingLabel {
+                        key: key.clone(),
+                        pod: r.to_string(),
+                    });
+                }
+            }
+            let mut m = c.requirements.clone();
+            m.add_all(req);
+            merged = Some(m);
+        }
+        let placement = if self.topology.is_free(p) {
+            Vec::new()
+        } else {
+            let reqs = merged.as_ref().unwrap_or(&c.requirements);
+            let domains = |key: &str| -> Option<Vec<String>> {
+                if key == labels::HOSTNAME {
+                    return Some(vec![c.hostname.clone()]);
+                }
+                let allowed = reqs.get(key);
+                if let Some(values) = allowed.and_then(|r| r.values()) {
+                    return Some(values.iter().cloned().collect());
+                }
+                if !pool.type_keys.contains(key) {
+                    return None;
+                }
+                let mut values = std::collections::BTreeSet::new();
+                for &t in &c.types {
+                    if let Some(v) = pool.types[t as usize]
+                        .requirements
+                        .get(key)
+                        .and_then(|r| r.values())
+                    {
+                        values.extend(
+                            v.iter()
+                                .filter(|v| allowed.is_none_or(|a| a.has(v)))
+                                .cloned(),
+                        );
+                    }
+                }
+                Some(values.into_iter().collect())
+            };
+            self.topology
+                .place(
+                    p,
+                    pod,
+                    attempt.active,
+                    attempt.requirements.as_ref(),
+                    &domains,
+                )
+                .map_err(Rejection::Topology)?
+        };
+        for (key, domain) in &placement {
+            if key != labels::HOSTNAME {
+                let current = merged
+                    .as_ref()
+                    .unwrap_or(&c.requirements)
+                    .get(key)
+                    .and_then(|r| r.values())
+                    .map(|v| v.len());
+                if current != Some(1) {
+                    merged
+                        .get_or_insert_with(|| c.requirements.clone())
+                        .add(key, Requirement::any_of([domain.clone()]));
+                }
+            }
+        }
+        let types: Vec<u32> = match &merged {
+            None => c
+                .types
+                .iter()
+                .copied()
+                .filter(|&t| requests.fits_in(&pool.types[t as usize].allocatable))
+                .collect(),
+            Some(reqs) => c
+                .types
+                .iter()
+                .copied()
+                .filter(|&t| {
+                    let it = &pool.types[t as usize];
+                    requests.fits_in(&it.allocatable)
+                        && it.requirements.conflict(reqs).is_none()
+                        && it.cheapest(reqs).is_some()
+                })
+                .collect(),
+        };
+        if types.is_empty() {
+            return Err(Rejection::NoInstanceTypeFits {
+                closest: None,
+                shortfalls: Vec::new(),
+            });
+        }
+        let reqs = merged.as_ref().unwrap_or(&c.requirements);
+        for (key, r) in reqs.iter() {
+            if let Some(needed) = r.min_values {
+                let distinct: HashSet<&String> = types
+                    .iter()
+                    .filter_map(|&t| {
+                        pool.types[t as usize]
+                            .requirements
+                            .get(key)
+                            .and_then(|v| v.values())
+                    })
+                    .flatten()
+                    .filter(|v| r.has(v))
+                    .collect();
+                if distinct.len() < needed {
+                    return Err(Rejection::MinValues {
+                        key: key.clone(),
+                        needed,
+                        available: distinct.len(),
+                    });
+                }
+            }
+        }
+        Ok(Update {
+            requirements: merged,
+            types,
+            placement,
+        })
+    }
+
+    /// A new NodeClaim for the pod from this pool: from the efficient types when the pod fits
+    /// one of them, else from all.
+    fn new_candidate(
+        &self,
+        pool_index: usize,
+        p: usize,
+        attempt: &Attempt,
+    ) -> Result<(Candidate, Update), Rejection> {
+        let pool = &self.pools[pool_index];
+        if pool.efficient.len() < pool.types.len() {
+            if let Ok(found) = self.new_candidate_from(pool_index, p, attempt, &pool.efficient) {
+                return Ok(found);
+            }
+        }
+        let all: Vec<u32> = (0..pool.types.len() as u32).collect();
+        self.new_candidate_from(pool_index, p, attempt, &all)
+    }
+
+    fn new_candidate_from(
+        &self,
+        pool_index: usize,
+        p: usize,
+        attempt: &Attempt,
+        from: &[u32],
+    ) -> Result<(Candidate, Update), Rejection> {
+        let pool = &self.pools[pool_index];
+        let limits: &Limits = &pool.input.limits;
+        let used = pool.input.in_use + pool.reserved;
+        if let Some(max) = limits.nodes {
+            if pool.input.nodes_in_use + pool.planned >= max {
+                return Err(Rejection::Limit {
+                    resource: "nodes",
+                    limit: max,
+                    in_use: pool.input.nodes_in_use + pool.planned,
+                });
+            }
+        }
+        let room = Resources {
+            cpu: limits.cpu.map_or(i64::MAX, |l| l - used.cpu),
+            memory: limits.memory.map_or(i64::MAX, |l| l - used.memory),
+            ..Resources::ZERO
+        };
+        let types: Vec<u32> = from
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let cap = &pool.types[t as usize].capacity;
+                cap.cpu <= room.cpu && cap.memory <= room.memory
+            })
+            .collect();
+        if types.is_empty() {
+            let (resource, limit, in_use) = if limits.cpu.is_some_and(|l| {
+                room.cpu < l
+                    && room.cpu < pool.types.iter().map(|t| t.capacity.cpu).min().unwrap_or(0)
+            }) {
+                (CPU, limits.cpu.unwrap_or(0), used.cpu)
+            } else if let Some(l) = limits.memory {
+                (MEMORY, l, used.memory)
+            } else {
+                return Err(Rejection::NoInstanceTypes);
+            };
+            return Err(Rejection::Limit {
+                resource,
+                limit,
+                in_use,
+            });
+        }
+        let (max_allocatable, max_capacity) =
+            elementwise_max(types.iter().map(|&t| pool.types[t as usize].as_ref()));
+        let candidate = Candidate {
+            pool: pool_index,
+            hostname: format!("{}-{}", pool.input.name, self.candidates.len() + 1),
+            requirements: pool.input.requirements.clone(),
+            types,
+            max_allocatable,
+            max_capacity,
+            requests: pool.input.daemon_overhead,
+            pods: Vec::new(),
+            ports: Vec::new(),
+        };
+        let update = self.try_candidate(&candidate, p, attempt)?;
+        Ok((candidate, update))
+    }
+
+    fn commit(&mut self, c: usize, p: usize, update: Update) {
+        let pod = &self.problem.pods[p];
+        let candidate = &mut self.candidates[c];
+        let pool = &mut self.pools[candidate.pool];
+        if candidate.pods.is_empty() {
+            pool.planned += 1;
+        } else {
+            pool.reserved = pool.reserved - candidate.max_capacity;
+        }
+        if let Some(r) = update.requirements {
+            candidate.requirements = r;
+        }
+        candidate.types = update.types;
+        let (a, cap) = elementwise_max(
+            candidate
+                .types
+                .iter()
+                .map(|&t| pool.types[t as usize].as_ref()),
+        );
+        candidate.max_allocatable = a;
+        candidate.max_capacity = cap;
+        pool.reserved += cap;
+        candidate.requests += pod.requests;
+        candidate.pods.push(p);
+        candidate.ports.extend(pod.host_ports.iter().cloned());
+        let mut placement = update.placement;
+        if !placement.iter().any(|(k, _)| k == labels::HOSTNAME) {
+            placement.push((labels::HOSTNAME.to_string(), candidate.hostname.clone()));
+        }
+        self.topology.record(p, &placement);
+    }
+
+    /// For an explanation: the instance type closest to fitting the pod on a new node.
+    fn closest_fit(&self, pool_index: usize, p: usize, attempt: &Attempt) -> Rejection {
+        let pool = &self.pools[pool_index];
+        let pod = &self.problem.pods[p];
+        let needed = pool.input.daemon_overhead + pod.requests;
+        let mut reqs = pool.input.requirements.clone();
+        if let Some(r) = &attempt.requirements {
+            reqs.add_all(r);
+        }
+        let worst_ratio = |t: &InstanceType| {
+            needed
+                .shortfalls(&t.allocatable)
+                .iter()
+                .map(|(_, need, have)| *need as f64 / (*have).max(1) as f64)
+                .fold(0.0, f64::max)
+        };
+        let closest = pool
+            .types
+            .iter()
+            .filter(|t| t.requirements.conflict(&reqs).is_none())
+            .min_by(|a, b| worst_ratio(a).total_cmp(&worst_ratio(b)));
+        match closest {
+            Some(t) => Rejection::NoInstanceTypeFits {
+                closest: Some(t.name.clone()),
+                shortfalls: needed.shortfalls(&t.allocatable),
+            },
+            None => Rejection::NoInstanceTypes,
+        }
+    }
+
+    fn into_plan(self, unschedulable: Vec<Unschedulable>) -> Plan {
+        let pods = &self.problem.pods;
+        let mut existing = BTreeMap::new();
+        for e in &self.existing {
+            if !e.pods.is_empty() {
+                existing.insert(
+                    e.node.name.clone(),
+                    e.pods.iter().map(|&p| pods[p].key.clone()).collect(),
+                );
+            }
+        }
+        let nodeclaims = self
+            .candidates
+            .into_iter()
+            .map(|c| {
+                let pool = &self.pools[c.pool];
+                // Offer the launch every type that fits the final pods and requirements, not
+                // only the ones the packing considered: more choice for spot and capacity
+                // shortages. With limits, stay within the capacity reserved against them.
+                let limited = pool.input.limits.cpu.is_some() || pool.input.limits.memory.is_some();
+                let mut types: Vec<(f64, Arc<InstanceType>)> = pool
+                    .types
+                    .iter()
+                    .filter(|it| {
+                        c.requests.fits_in(&it.allocatable)
+                            && (!limited || it.capacity.fits_in(&c.max_capacity))
+                    })
+                    .filter(|it| it.requirements.conflict(&c.requirements).is_none())
+                    .filter_map(|it| it.cheapest(&c.requirements).map(|o| (o.price, it.clone())))
+                    .collect();
+                types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+                NodeClaimPlan {
+                    pool: pool.input.name.clone(),
+                    hostname: c.hostname,
+                    requirements: c.requirements,
+                    instance_types: types.into_iter().map(|(_, t)| t).collect(),
+                    pods: c.pods.iter().map(|&p| pods[p].key.clone()).collect(),
+                    requests: c.requests,
+                }
+            })
+            .collect();
+        Plan {
+            nodeclaims,
+            existing,
+            unschedulable,
+        }
+    }
+}
