@@ -351,6 +351,13 @@ impl LoadedConfig {
 /// Reads, parses and validates a config file; every problem is reported, located.
 pub fn load(path: &Path) -> Result<LoadedConfig, InputErrors> {
     let text = read_text(path)?;
+    load_text(path, &text)
+}
+
+/// Parses and validates config text read from `path` (which names it in errors and anchors
+/// relative template directories).
+pub fn load_text(path: &Path, text: &str) -> Result<LoadedConfig, InputErrors> {
+    let text = text.to_string();
     if is_blank(&text) {
         return Err(Diagnostic::error(
             path,

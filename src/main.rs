@@ -15,7 +15,9 @@ mod lint;
 mod manifest;
 mod node_templates;
 mod render;
+mod simulate;
 mod source_map;
+mod workload;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -96,6 +98,26 @@ enum Command {
         /// List the rules and exit.
         #[arg(long)]
         rules: bool,
+    },
+    /// Show what would be launched for a workload and what it would cost (no AWS needed).
+    /// With no arguments: the bundled example.
+    Simulate {
+        /// A jointer config whose templates give the NodePools (default: the bundled example).
+        #[arg(short = 'f', long = "file", conflicts_with = "nodepools")]
+        file: Option<PathBuf>,
+        /// NodePool and EC2NodeClass YAML files to use instead of a config.
+        #[arg(long, num_args = 1..)]
+        nodepools: Vec<PathBuf>,
+        /// Workload YAML (Deployments, StatefulSets, ReplicaSets, Jobs, Pods, DaemonSets);
+        /// default: the bundled example workload.
+        #[arg(long, num_args = 1..)]
+        workload: Vec<PathBuf>,
+        /// A JSON instance type catalog to use instead of the embedded one.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        /// Region of the embedded catalog (default: the config's, else us-east-1).
+        #[arg(long)]
+        region: Option<String>,
     },
     /// Benchmark the scheduler: one solve on a profile, with figures (pods/s, price, gap).
     Bench {
@@ -262,6 +284,26 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             }
             if failed {
                 return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Simulate {
+            file,
+            nodepools,
+            workload,
+            catalog,
+            region,
+        } => {
+            let args = simulate::Args {
+                config: file.clone(),
+                nodepools: nodepools.clone(),
+                workload: workload.clone(),
+                catalog: catalog.clone(),
+                region: region.clone(),
+            };
+            let report = simulate::simulate(&args)?;
+            match cli.output {
+                Output::Json => print_json(&serde_json::to_value(&report)?)?,
+                Output::Text => simulate::print_table(&report),
             }
         }
         Command::Bench {

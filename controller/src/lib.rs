@@ -7,5 +7,6 @@
 pub mod api;
 pub mod benchmark;
 pub mod catalog;
+pub mod cloud;
 pub mod crds;
 pub mod scheduling;

@@ -5,6 +5,7 @@ pub mod checker;
 pub mod instance_type;
 pub mod overhead;
 pub mod pod;
+pub mod pool_input;
 pub mod problem;
 pub mod requirements;
 pub mod resources;

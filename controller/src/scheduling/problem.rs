@@ -135,6 +135,8 @@ pub enum Rejection {
     },
     /// No instance type (of the ones the requirements allow) is left at all.
     NoInstanceTypes,
+    /// None of the instance types the pool allows has any of this resource.
+    NotProvided(&'static str),
     /// The pod requests a resource no instance type provides.
     UnknownResource(String),
     MinValues {
@@ -180,6 +182,9 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rejection::Taint(t) => write!(f, "taint {t} is not tolerated"),
+            Rejection::NotProvided(r) => {
+                write!(f, "none of the instance types it allows provides {r}")
+            }
             Rejection::Requirement { key, pool, pod } => write!(
                 f,
                 "requirement {key}: the pool allows {pool}, the pod needs {pod}"

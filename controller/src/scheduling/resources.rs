@@ -176,11 +176,11 @@ impl Sub for Resources {
 pub fn format_amount(name: &str, value: i64) -> String {
     match name {
         CPU => {
-            if value % 1000 == 0 {
-                format!("{}", value / 1000)
-            } else {
-                format!("{value}m")
-            }
+            let cores = format!("{:.3}", value as f64 / 1000.0);
+            cores
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
         }
         MEMORY | EPHEMERAL_STORAGE => {
             const GI: f64 = (1u64 << 30) as f64;

@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+mod packing;
+
 use super::instance_type::InstanceType;
 use super::pod::{untolerated, SchedPod};
 use super::problem::{
@@ -40,8 +42,10 @@ struct PoolState<'a> {
     /// Types whose price per unit of this workload's resource mix is near the best: new
     /// NodeClaims start from these, so big nodes are not built on poor-value types.
     efficient: Vec<u32>,
-    /// Sum of the largest remaining capacity of each planned NodeClaim (pessimistic, as
-    /// upstream: the launch may pick any of them).
+    /// Sum of the capacity of each planned NodeClaim's cheapest instance type. Limits are
+    /// checked against it while solving; at the end each NodeClaim's launch options are cut
+    /// to an equal share of the remaining room, so whichever options the launches pick, the
+    /// pool stays within its limits.
     reserved: Resources,
     planned: i64,
 }
@@ -52,7 +56,6 @@ struct Candidate {
     requirements: Requirements,
     types: Vec<u32>,
     max_allocatable: Resources,
-    max_capacity: Resources,
     requests: Resources,
     pods: Vec<usize>,
     ports: Vec<(String, String, i32)>,
@@ -144,10 +147,8 @@ fn efficient_types(
         .collect()
 }
 
-fn elementwise_max<'t>(types: impl Iterator<Item = &'t InstanceType>) -> (Resources, Resources) {
-    types.fold((Resources::ZERO, Resources::ZERO), |(a, c), t| {
-        (a.max(&t.allocatable), c.max(&t.capacity))
-    })
+fn max_allocatable<'t>(types: impl Iterator<Item = &'t InstanceType>) -> Resources {
+    types.fold(Resources::ZERO, |a, t| a.max(&t.allocatable))
 }
 
 impl<'a> Solver<'a> {
@@ -272,14 +273,29 @@ impl<'a> Solver<'a> {
                 .then(pa.created.cmp(&pb.created))
                 .then_with(|| pa.key.cmp(&pb.key))
         });
+        // Pods with constraints go first, one by one; unconstrained pods then fill what is
+        // already paid for, and the rest are packed into nodes of the most cost-efficient types.
+        let (plain, constrained): (Vec<usize>, Vec<usize>) =
+            order.into_iter().partition(|&p| self.is_plain(p));
         let mut unschedulable = Vec::new();
-        for p in order {
-            if let Err(reasons) = self.schedule(p) {
+        let mut place = |solver: &mut Self, p: usize| {
+            if let Err(reasons) = solver.schedule(p) {
                 unschedulable.push(Unschedulable {
                     pod: pods[p].key.clone(),
                     reasons,
                 });
             }
+        };
+        for p in constrained {
+            place(&mut self, p);
+        }
+        let leftover: Vec<usize> = plain
+            .into_iter()
+            .filter(|&p| !self.place_on_slack(p))
+            .collect();
+        let leftover = self.pack(leftover);
+        for p in leftover {
+            place(&mut self, p);
         }
         self.into_plan(unschedulable)
     }
@@ -565,29 +581,56 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        let types: Vec<u32> = match &merged {
-            None => c
-                .types
-                .iter()
-                .copied()
-                .filter(|&t| requests.fits_in(&pool.types[t as usize].allocatable))
-                .collect(),
-            Some(reqs) => c
-                .types
-                .iter()
-                .copied()
-                .filter(|&t| {
-                    let it = &pool.types[t as usize];
-                    requests.fits_in(&it.allocatable)
-                        && it.requirements.conflict(reqs).is_none()
-                        && it.cheapest(reqs).is_some()
-                })
-                .collect(),
+        // With limits, the NodeClaim may only grow into types the pool has room for: what it
+        // holds already plus what the limits leave.
+        let limits = &pool.input.limits;
+        let own = if c.pods.is_empty() {
+            Resources::ZERO
+        } else {
+            pool.types[c.types[0] as usize].capacity
         };
+        let used = pool.input.in_use + pool.reserved;
+        let room =
+            |limit: Option<i64>, used: i64, own: i64| limit.map_or(i64::MAX, |l| l - used + own);
+        let (cpu_room, memory_room) = (
+            room(limits.cpu, used.cpu, own.cpu),
+            room(limits.memory, used.memory, own.memory),
+        );
+        let within_limits =
+            |it: &InstanceType| it.capacity.cpu <= cpu_room && it.capacity.memory <= memory_room;
+        let types: Vec<u32> = c
+            .types
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let it = &pool.types[t as usize];
+                requests.fits_in(&it.allocatable)
+                    && within_limits(it)
+                    && merged.as_ref().is_none_or(|reqs| {
+                        it.requirements.conflict(reqs).is_none() && it.cheapest(reqs).is_some()
+                    })
+            })
+            .collect();
         if types.is_empty() {
-            return Err(Rejection::NoInstanceTypeFits {
-                closest: None,
-                shortfalls: Vec::new(),
+            let blocked_by_limits = c.types.iter().any(|&t| {
+                requests.fits_in(&pool.types[t as usize].allocatable)
+                    && !within_limits(&pool.types[t as usize])
+            });
+            return Err(match (blocked_by_limits, limits.cpu) {
+                (true, Some(limit)) if cpu_room < i64::MAX => Rejection::Limit {
+                    resource: CPU,
+                    limit,
+                    in_use: used.cpu,
+                },
+                (true, _) => Rejection::Limit {
+                    resource: MEMORY,
+                    limit: limits.memory.unwrap_or(0),
+                    in_use: used.memory,
+                },
+                _ => Rejection::NoInstanceTypeFits {
+                    closest: None,
+                    shortfalls: Vec::new(),
+                },
             });
         }
         let reqs = merged.as_ref().unwrap_or(&c.requirements);
@@ -687,15 +730,14 @@ impl<'a> Solver<'a> {
                 in_use,
             });
         }
-        let (max_allocatable, max_capacity) =
-            elementwise_max(types.iter().map(|&t| pool.types[t as usize].as_ref()));
+        let max_allocatable =
+            max_allocatable(types.iter().map(|&t| pool.types[t as usize].as_ref()));
         let candidate = Candidate {
             pool: pool_index,
             hostname: format!("{}-{}", pool.input.name, self.candidates.len() + 1),
             requirements: pool.input.requirements.clone(),
             types,
             max_allocatable,
-            max_capacity,
             requests: pool.input.daemon_overhead,
             pods: Vec::new(),
             ports: Vec::new(),
@@ -711,21 +753,19 @@ impl<'a> Solver<'a> {
         if candidate.pods.is_empty() {
             pool.planned += 1;
         } else {
-            pool.reserved = pool.reserved - candidate.max_capacity;
+            pool.reserved = pool.reserved - pool.types[candidate.types[0] as usize].capacity;
         }
         if let Some(r) = update.requirements {
             candidate.requirements = r;
         }
         candidate.types = update.types;
-        let (a, cap) = elementwise_max(
+        candidate.max_allocatable = max_allocatable(
             candidate
                 .types
                 .iter()
                 .map(|&t| pool.types[t as usize].as_ref()),
         );
-        candidate.max_allocatable = a;
-        candidate.max_capacity = cap;
-        pool.reserved += cap;
+        pool.reserved += pool.types[candidate.types[0] as usize].capacity;
         candidate.requests += pod.requests;
         candidate.pods.push(p);
         candidate.ports.extend(pod.host_ports.iter().cloned());
@@ -752,10 +792,21 @@ impl<'a> Solver<'a> {
                 .map(|(_, need, have)| *need as f64 / (*have).max(1) as f64)
                 .fold(0.0, f64::max)
         };
-        let closest = pool
+        let compatible: Vec<&Arc<InstanceType>> = pool
             .types
             .iter()
             .filter(|t| t.requirements.conflict(&reqs).is_none())
+            .collect();
+        let most = max_allocatable(compatible.iter().map(|t| t.as_ref()));
+        if let Some((resource, _, _)) = needed
+            .shortfalls(&most)
+            .into_iter()
+            .find(|(_, _, have)| *have == 0)
+        {
+            return Rejection::NotProvided(resource);
+        }
+        let closest = compatible
+            .into_iter()
             .min_by(|a, b| worst_ratio(a).total_cmp(&worst_ratio(b)));
         match closest {
             Some(t) => Rejection::NoInstanceTypeFits {
@@ -777,6 +828,23 @@ impl<'a> Solver<'a> {
                 );
             }
         }
+        // Room each pool's limits leave beyond what was reserved, shared equally among its
+        // NodeClaims: any combination of launch choices then stays within the limits.
+        let mut share: Vec<Resources> = vec![Resources::ZERO; self.pools.len()];
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.planned > 0 {
+                let l = &pool.input.limits;
+                let room = |limit: Option<i64>, used: i64| {
+                    limit.map_or(i64::MAX / 2, |l| ((l - used) / pool.planned).max(0))
+                };
+                let used = pool.input.in_use + pool.reserved;
+                share[i] = Resources {
+                    cpu: room(l.cpu, used.cpu),
+                    memory: room(l.memory, used.memory),
+                    ..Resources::ZERO
+                };
+            }
+        }
         let nodeclaims = self
             .candidates
             .into_iter()
@@ -784,14 +852,20 @@ impl<'a> Solver<'a> {
                 let pool = &self.pools[c.pool];
                 // Offer the launch every type that fits the final pods and requirements, not
                 // only the ones the packing considered: more choice for spot and capacity
-                // shortages. With limits, stay within the capacity reserved against them.
-                let limited = pool.input.limits.cpu.is_some() || pool.input.limits.memory.is_some();
+                // shortages.
+                let reserved = pool.types[c.types[0] as usize].capacity;
+                let cap = Resources {
+                    cpu: reserved.cpu.saturating_add(share[c.pool].cpu),
+                    memory: reserved.memory.saturating_add(share[c.pool].memory),
+                    ..Resources::ZERO
+                };
                 let mut types: Vec<(f64, Arc<InstanceType>)> = pool
                     .types
                     .iter()
                     .filter(|it| {
                         c.requests.fits_in(&it.allocatable)
-                            && (!limited || it.capacity.fits_in(&c.max_capacity))
+                            && it.capacity.cpu <= cap.cpu
+                            && it.capacity.memory <= cap.memory
                     })
                     .filter(|it| it.requirements.conflict(&c.requirements).is_none())
                     .filter_map(|it| it.cheapest(&c.requirements).map(|o| (o.price, it.clone())))

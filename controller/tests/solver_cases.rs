@@ -1,0 +1,496 @@
+//! The solver's semantics, case by case, each checked by the independent plan checker too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use jointer_controller::api::{labels, Taint, TaintEffect};
+use jointer_controller::scheduling::pod::{
+    AffinityTerm, Selector, Toleration, TopologySpread, Unsatisfiable,
+};
+use jointer_controller::scheduling::{
+    checker, solve, CapacityType, ExistingNode, InstanceType, Limits, Offering, Plan, PoolInput,
+    Problem, Rejection, Requirement, Requirements, Resources, SchedPod,
+};
+
+const GIB: i64 = 1 << 30;
+
+/// A type with `cpu` cores and `mem` GiB, no overhead, offered in zones a, b, c.
+fn it(name: &str, cpu: i64, mem: i64, price: f64, spot: bool) -> Arc<InstanceType> {
+    let mut offerings = Vec::new();
+    for zone in ["zone-a", "zone-b", "zone-c"] {
+        offerings.push(Offering {
+            zone: zone.into(),
+            capacity_type: CapacityType::OnDemand,
+            price,
+            available: true,
+        });
+        if spot {
+            offerings.push(Offering {
+                zone: zone.into(),
+                capacity_type: CapacityType::Spot,
+                price: price * 0.4,
+                available: true,
+            });
+        }
+    }
+    let mut req = Requirements::new();
+    req.add(labels::ARCH, Requirement::any_of(["amd64"]));
+    req.add(
+        labels::INSTANCE_FAMILY,
+        Requirement::any_of([name.split('.').next().unwrap_or(name)]),
+    );
+    let capacity = Resources {
+        cpu: cpu * 1000,
+        memory: mem * GIB,
+        pods: 110,
+        ..Resources::ZERO
+    };
+    Arc::new(InstanceType::new(
+        name,
+        req,
+        capacity,
+        Resources::ZERO,
+        offerings,
+    ))
+}
+
+fn types() -> Vec<Arc<InstanceType>> {
+    vec![
+        it("m.large", 2, 8, 0.1, true),
+        it("m.xlarge", 4, 16, 0.2, true),
+        it("m.4xlarge", 16, 64, 0.8, true),
+        it("c.xlarge", 4, 8, 0.17, false),
+    ]
+}
+
+fn pool(name: &str) -> PoolInput {
+    let mut requirements = Requirements::new();
+    requirements.add(labels::NODEPOOL, Requirement::any_of([name]));
+    PoolInput {
+        name: name.into(),
+        weight: 0,
+        requirements,
+        labels: BTreeMap::from([(labels::NODEPOOL.to_string(), name.to_string())]),
+        taints: Vec::new(),
+        instance_types: types(),
+        daemon_overhead: Resources::ZERO,
+        limits: Limits::default(),
+        in_use: Resources::ZERO,
+        nodes_in_use: 0,
+    }
+}
+
+fn pod(name: &str, cpu_m: i64, mem_gib: i64) -> SchedPod {
+    SchedPod::new("default", name, Resources::cpu_memory(cpu_m, mem_gib * GIB))
+}
+
+fn solved(problem: &Problem) -> Plan {
+    let plan = solve(problem);
+    let violations = checker::check(problem, &plan);
+    assert!(violations.is_empty(), "plan check failed: {violations:#?}");
+    plan
+}
+
+#[test]
+fn small_pods_share_one_cheap_node() {
+    let problem = Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: (0..3).map(|i| pod(&format!("p{i}"), 500, 1)).collect(),
+    };
+    let plan = solved(&problem);
+    assert_eq!(plan.nodeclaims.len(), 1);
+    let choice = plan.nodeclaims[0].launch_choice().unwrap();
+    assert_eq!(choice.instance_type.name, "m.large");
+    assert_eq!(
+        choice.offering.capacity_type,
+        CapacityType::Spot,
+        "spot is cheaper when allowed"
+    );
+    // The NodeClaim keeps every type that still fits, cheapest first.
+    let names: Vec<&str> = plan.nodeclaims[0]
+        .instance_types
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(names[0], "m.large");
+    assert!(names.contains(&"m.xlarge") && names.contains(&"c.xlarge"));
+}
+
+#[test]
+fn existing_nodes_are_filled_before_new_ones() {
+    let node = ExistingNode {
+        name: "node-1".into(),
+        pool: Some("default".into()),
+        labels: BTreeMap::from([(labels::ZONE.to_string(), "zone-a".to_string())]),
+        taints: vec![],
+        allocatable: Resources {
+            cpu: 4000,
+            memory: 16 * GIB,
+            pods: 110,
+            ..Resources::ZERO
+        },
+        requested: Resources {
+            cpu: 3000,
+            memory: GIB,
+            pods: 3,
+            ..Resources::ZERO
+        },
+        pods: vec![],
+    };
+    let problem = Problem {
+        pools: vec![pool("default")],
+        existing: vec![node],
+        pods: vec![pod("fits", 1000, 1), pod("too-big", 2000, 1)],
+    };
+    let plan = solved(&problem);
+    assert_eq!(plan.existing["node-1"].len(), 1);
+    assert_eq!(plan.existing["node-1"][0].name, "fits");
+    assert_eq!(plan.nodeclaims.len(), 1);
+}
+
+#[test]
+fn heavier_pools_are_tried_first() {
+    let mut heavy = pool("heavy");
+    heavy.weight = 50;
+    let problem = Problem {
+        pools: vec![pool("light"), heavy],
+        existing: vec![],
+        pods: vec![pod("p", 500, 1)],
+    };
+    assert_eq!(solved(&problem).nodeclaims[0].pool, "heavy");
+}
+
+#[test]
+fn limits_stop_a_pool_and_say_so() {
+    let mut limited = pool("limited");
+    limited.limits = Limits {
+        cpu: Some(4000),
+        memory: None,
+        nodes: None,
+    };
+    let pods = (0..3).map(|i| pod(&format!("p{i}"), 3000, 1)).collect();
+    let problem = Problem {
+        pools: vec![limited],
+        existing: vec![],
+        pods,
+    };
+    let plan = solved(&problem);
+    assert_eq!(plan.nodeclaims.len(), 1, "one 4-core node fits the limit");
+    assert_eq!(plan.unschedulable.len(), 2);
+    let message = plan.unschedulable[0].message();
+    assert!(message.contains("limit cpu 4 reached"), "{message}");
+}
+
+#[test]
+fn taints_need_tolerations() {
+    let mut tainted = pool("gpu");
+    tainted.taints = vec![Taint {
+        key: "dedicated".into(),
+        value: Some("gpu".into()),
+        effect: TaintEffect::NoSchedule,
+    }];
+    let mut tolerant = pod("tolerant", 500, 1);
+    tolerant.tolerations = vec![Toleration {
+        key: Some("dedicated".into()),
+        value: Some("gpu".into()),
+        effect: None,
+    }];
+    let problem = Problem {
+        pools: vec![tainted],
+        existing: vec![],
+        pods: vec![tolerant, pod("plain", 500, 1)],
+    };
+    let plan = solved(&problem);
+    assert_eq!(plan.nodeclaims.len(), 1);
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert!(plan.unschedulable[0]
+        .message()
+        .contains("taint dedicated=gpu:NoSchedule is not tolerated"));
+}
+
+#[test]
+fn a_node_selector_outside_the_pool_names_the_requirement() {
+    let mut p = pool("default");
+    p.requirements
+        .add(labels::ZONE, Requirement::any_of(["zone-a"]));
+    let mut wants_b = pod("wants-b", 500, 1);
+    let mut term = Requirements::new();
+    term.add(labels::ZONE, Requirement::any_of(["zone-b"]));
+    wants_b.node_terms = vec![term];
+    let plan = solved(&Problem {
+        pools: vec![p],
+        existing: vec![],
+        pods: vec![wants_b],
+    });
+    let message = plan.unschedulable[0].message();
+    assert!(
+        message.contains("topology.kubernetes.io/zone")
+            && message.contains("zone-a")
+            && message.contains("zone-b"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_pod_too_big_for_every_type_names_the_closest_and_the_shortfall() {
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: vec![pod("huge", 20_000, 8)],
+    });
+    let message = plan.unschedulable[0].message();
+    assert!(
+        message.contains("closest is m.4xlarge")
+            && message.contains("cpu 20 > 16 allocatable (short by 4)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn required_node_affinity_terms_are_alternatives() {
+    let mut p = pod("either", 500, 1);
+    let mut impossible = Requirements::new();
+    impossible.add(labels::ARCH, Requirement::any_of(["s390x"]));
+    let mut possible = Requirements::new();
+    possible.add(labels::ZONE, Requirement::any_of(["zone-c"]));
+    p.node_terms = vec![impossible, possible];
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: vec![p],
+    });
+    assert_eq!(
+        plan.nodeclaims[0].launch_choice().unwrap().offering.zone,
+        "zone-c"
+    );
+}
+
+#[test]
+fn preferences_are_honoured_when_possible_and_relaxed_when_not() {
+    let mut p = pod("prefers", 500, 1);
+    let mut prefer_c = Requirements::new();
+    prefer_c.add(labels::ZONE, Requirement::any_of(["zone-c"]));
+    p.preferred_node = vec![prefer_c];
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: vec![p.clone()],
+    });
+    assert_eq!(
+        plan.nodeclaims[0].launch_choice().unwrap().offering.zone,
+        "zone-c"
+    );
+
+    let mut prefer_mars = Requirements::new();
+    prefer_mars.add(labels::ZONE, Requirement::any_of(["mars-1"]));
+    p.preferred_node = vec![prefer_mars];
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: vec![p],
+    });
+    assert_eq!(
+        plan.nodeclaims.len(),
+        1,
+        "an impossible preference is dropped"
+    );
+}
+
+fn labelled(name: &str, app: &str) -> SchedPod {
+    let mut p = pod(name, 250, 1);
+    p.labels.insert("app".into(), app.into());
+    p
+}
+
+#[test]
+fn hostname_anti_affinity_puts_each_replica_on_its_own_node() {
+    let pods = (0..4)
+        .map(|i| {
+            let mut p = labelled(&format!("db-{i}"), "db");
+            p.anti_affinity = vec![AffinityTerm {
+                topology_key: labels::HOSTNAME.into(),
+                selector: Selector::label("app", "db"),
+                namespaces: vec![],
+            }];
+            p
+        })
+        .chain((0..4).map(|i| labelled(&format!("web-{i}"), "web")))
+        .collect();
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods,
+    });
+    assert_eq!(plan.nodeclaims.len(), 4);
+    assert!(plan.nodeclaims.iter().all(|n| n
+        .pods
+        .iter()
+        .filter(|p| p.name.starts_with("db"))
+        .count()
+        == 1));
+}
+
+#[test]
+fn zone_spread_balances_replicas_across_zones() {
+    let pods = (0..6)
+        .map(|i| {
+            let mut p = labelled(&format!("web-{i}"), "web");
+            p.spreads = vec![TopologySpread {
+                max_skew: 1,
+                topology_key: labels::ZONE.into(),
+                when_unsatisfiable: Unsatisfiable::DoNotSchedule,
+                selector: Selector::label("app", "web"),
+                min_domains: None,
+                honor_node_affinity: true,
+                honor_taints: false,
+            }];
+            p
+        })
+        .collect();
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods,
+    });
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for nc in &plan.nodeclaims {
+        *per_zone
+            .entry(nc.launch_choice().unwrap().offering.zone.clone())
+            .or_default() += nc.pods.len();
+    }
+    assert_eq!(
+        per_zone.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{per_zone:?}"
+    );
+}
+
+#[test]
+fn zone_affinity_keeps_pods_together() {
+    let pods = (0..3)
+        .map(|i| {
+            let mut p = labelled(&format!("cache-{i}"), "cache");
+            p.affinity = vec![AffinityTerm {
+                topology_key: labels::ZONE.into(),
+                selector: Selector::label("app", "cache"),
+                namespaces: vec![],
+            }];
+            p.requests.cpu = 1500;
+            p
+        })
+        .collect();
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods,
+    });
+    let zones: std::collections::BTreeSet<String> = plan
+        .nodeclaims
+        .iter()
+        .map(|n| n.launch_choice().unwrap().offering.zone.clone())
+        .collect();
+    assert_eq!(zones.len(), 1);
+}
+
+#[test]
+fn host_ports_do_not_collide() {
+    let pods = (0..3)
+        .map(|i| {
+            let mut p = pod(&format!("proxy-{i}"), 100, 1);
+            p.host_ports = vec![("TCP".into(), String::new(), 8080)];
+            p
+        })
+        .collect();
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods,
+    });
+    assert_eq!(plan.nodeclaims.len(), 3);
+}
+
+#[test]
+fn daemonset_overhead_is_counted_on_every_new_node() {
+    let mut p = pool("default");
+    p.daemon_overhead = Resources {
+        cpu: 1000,
+        memory: GIB,
+        pods: 1,
+        ..Resources::ZERO
+    };
+    // 1.5 cores of pods + 1 core of DaemonSets do not fit the 2-core type; the 4-core m is
+    // cheaper than the 4-core c because it has spot.
+    let plan = solved(&Problem {
+        pools: vec![p],
+        existing: vec![],
+        pods: vec![pod("p", 1500, 1)],
+    });
+    assert_eq!(
+        plan.nodeclaims[0]
+            .launch_choice()
+            .unwrap()
+            .instance_type
+            .name,
+        "m.xlarge"
+    );
+    assert_eq!(plan.nodeclaims[0].requests.cpu, 2500);
+}
+
+#[test]
+fn min_values_keeps_enough_distinct_types() {
+    let mut p = pool("default");
+    let mut family = Requirement::any_of(["m", "c"]);
+    family.min_values = Some(2);
+    p.requirements.add(labels::INSTANCE_FAMILY, family);
+    // 3 cores fit m.xlarge, m.4xlarge and c.xlarge: two families, fine.
+    let plan = solved(&Problem {
+        pools: vec![p.clone()],
+        existing: vec![],
+        pods: vec![pod("ok", 3000, 1)],
+    });
+    assert_eq!(plan.nodeclaims.len(), 1);
+    assert!(
+        plan.nodeclaims[0]
+            .distinct_values(labels::INSTANCE_FAMILY)
+            .len()
+            >= 2
+    );
+    // 10 GiB fits only the m family: minValues 2 cannot hold.
+    let plan = solved(&Problem {
+        pools: vec![p],
+        existing: vec![],
+        pods: vec![pod("big", 3000, 10)],
+    });
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert!(
+        plan.unschedulable[0].message().contains("minValues 2"),
+        "{}",
+        plan.unschedulable[0].message()
+    );
+}
+
+#[test]
+fn an_unknown_resource_is_explained() {
+    let mut p = pod("fpga", 500, 1);
+    p.unknown_resources = vec!["xilinx.com/fpga".into()];
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: vec![p],
+    });
+    assert!(matches!(
+        plan.unschedulable[0].reasons[0].1,
+        Rejection::UnknownResource(_)
+    ));
+}
+
+#[test]
+fn no_pools_at_all_is_explained() {
+    let plan = solved(&Problem {
+        pools: vec![],
+        existing: vec![],
+        pods: vec![pod("p", 100, 1)],
+    });
+    assert!(plan.unschedulable[0].message().contains("no NodePool"));
+}
