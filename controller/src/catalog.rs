@@ -306,6 +306,31 @@ pub struct UserOffering {
     pub available: bool,
 }
 
+/// The labels an AWS-style name (`m6g.xlarge`) implies: family, category, generation, size.
+/// Other names imply none.
+fn name_labels(name: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some((family, size)) = name.split_once('.') else {
+        return out;
+    };
+    let category: String = family
+        .chars()
+        .take_while(|c| c.is_ascii_lowercase())
+        .collect();
+    let generation: String = family[category.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    if category.is_empty() || generation.is_empty() {
+        return out;
+    }
+    out.insert(labels::INSTANCE_FAMILY.to_string(), family.to_string());
+    out.insert(labels::INSTANCE_CATEGORY.to_string(), category);
+    out.insert(labels::INSTANCE_GENERATION.to_string(), generation);
+    out.insert(labels::INSTANCE_SIZE.to_string(), size.to_string());
+    out
+}
+
 /// Instance types from a user catalog. Allocatable follows the AWS formula (max pods as given,
 /// else 110), unless the entry states it.
 pub fn user_instance_types(
@@ -333,7 +358,9 @@ pub fn user_instance_types(
         {
             return Err(invalid("offering prices must be non-negative numbers"));
         }
-        let mut requirements = Requirements::from_labels(&e.labels);
+        let mut labels = name_labels(&e.name);
+        labels.extend(e.labels.clone());
+        let mut requirements = Requirements::from_labels(&labels);
         requirements.add(labels::ARCH, Requirement::any_of([e.arch.clone()]));
         requirements.add(labels::OS, Requirement::any_of(["linux"]));
         requirements.add(

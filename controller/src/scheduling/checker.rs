@@ -147,10 +147,20 @@ pub fn check(problem: &Problem, plan: &Plan) -> Vec<String> {
             choice.offering.capacity_type.as_str().into(),
         );
         labels.insert(labels::HOSTNAME.into(), nc.hostname.clone());
-        if let Some((key, _)) = pool
-            .requirements
-            .unsatisfied_on(&Requirements::from_labels(&labels))
-        {
+        // Keys no instance type provides are the pool's own labels, which nodes get from it.
+        let provided: std::collections::HashSet<&String> = pool
+            .instance_types
+            .iter()
+            .flat_map(|t| t.requirements.iter().map(|(k, _)| k))
+            .collect();
+        let node = Requirements::from_labels(&labels);
+        let violated = pool.requirements.iter().find(|(key, req)| {
+            provided.contains(key)
+                && node
+                    .get(key)
+                    .map_or(!req.allows_absence(), |n| !req.intersects(n))
+        });
+        if let Some((key, _)) = violated {
             problems.push(format!(
                 "nodeclaim {}: launch choice violates pool {} on {key}",
                 nc.hostname, pool.name

@@ -301,6 +301,20 @@ impl Requirements {
     }
 }
 
+/// Whether instance type labels `type_labels` satisfy pool `requirements` on the keys
+/// instance types provide (`provided`): a type without such a label fits only requirements
+/// that allow it to be absent. Keys no instance type provides are the pool's own labels.
+pub fn type_satisfies(
+    type_labels: &Requirements,
+    requirements: &Requirements,
+    provided: &std::collections::HashSet<String>,
+) -> bool {
+    type_labels.conflict(requirements).is_none()
+        && requirements.iter().all(|(key, req)| {
+            !provided.contains(key) || type_labels.get(key).is_some() || req.allows_absence()
+        })
+}
+
 impl fmt::Display for Requirements {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self.0.iter().map(|(k, r)| format!("{k} {r}")).collect();

@@ -16,7 +16,7 @@ use super::pod::{untolerated, SchedPod};
 use super::problem::{
     ExistingNode, Limits, NodeClaimPlan, Plan, PoolInput, Problem, Rejection, Unschedulable,
 };
-use super::requirements::{Requirement, Requirements};
+use super::requirements::{type_satisfies, Requirement, Requirements};
 use super::resources::{Resources, CPU, MEMORY};
 use super::topology::{ActiveTerms, Placement, Topology};
 use crate::api::labels;
@@ -157,10 +157,15 @@ impl<'a> Solver<'a> {
             .pools
             .iter()
             .map(|input| {
+                let provided: HashSet<String> = input
+                    .instance_types
+                    .iter()
+                    .flat_map(|t| t.requirements.iter().map(|(k, _)| k.clone()))
+                    .collect();
                 let mut types: Vec<(f64, Arc<InstanceType>)> = input
                     .instance_types
                     .iter()
-                    .filter(|t| t.requirements.conflict(&input.requirements).is_none())
+                    .filter(|t| type_satisfies(&t.requirements, &input.requirements, &provided))
                     .filter_map(|t| {
                         t.cheapest(&input.requirements)
                             .map(|o| (o.price, t.clone()))

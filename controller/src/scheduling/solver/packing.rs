@@ -18,6 +18,15 @@ use crate::scheduling::topology::ActiveTerms;
 /// the number of shapes per placement).
 const MAX_SHAPES: usize = 256;
 
+/// A pod shape: (cpu, memory, pods) requested.
+type Shape = (i64, i64, i64);
+/// Pending pods by shape.
+type Shapes = BTreeMap<Shape, Vec<usize>>;
+/// How many pods of each shape a type's nodes take.
+type Quota = BTreeMap<Shape, u64>;
+/// A type to buy: (type, whole nodes, shapes they take).
+type TypePlan = (u32, u64, Quota);
+
 fn plain_attempt() -> Attempt {
     Attempt {
         requirements: None,
@@ -87,7 +96,7 @@ impl Solver<'_> {
     }
 
     fn pack_into_pool(&mut self, pool: usize, pods: Vec<usize>) -> Vec<usize> {
-        let mut shapes: BTreeMap<(i64, i64, i64), Vec<usize>> = BTreeMap::new();
+        let mut shapes: Shapes = BTreeMap::new();
         for &p in &pods {
             let r = self.problem.pods[p].requests;
             shapes.entry((r.cpu, r.memory, r.pods)).or_default().push(p);
@@ -103,16 +112,29 @@ impl Solver<'_> {
             if remaining.is_empty() {
                 break;
             }
-            let demand = remaining.iter().fold(Resources::ZERO, |acc, &p| {
-                acc + self.problem.pods[p].requests
-            });
-            let mix = self.fluid_mix(pool, demand);
             let placed_before = remaining.len();
-            if mix.is_empty() {
+            let mut plan = self.shape_mix(pool, &shapes);
+            if plan.is_empty() {
                 break;
             }
-            for t in interleave(&mix) {
-                if !self.fill_node(pool, t, &mut shapes) {
+            let counts: Vec<(u32, u64)> = plan.iter().map(|(t, n, _)| (*t, *n)).collect();
+            for t in interleave(&counts) {
+                let Some((_, copies_left, quota)) = plan.iter_mut().find(|(u, _, _)| *u == t)
+                else {
+                    continue;
+                };
+                // This node's share of the type's shapes, so its nodes all get the same mix.
+                let mut share: Quota = quota
+                    .iter()
+                    .map(|(s, n)| (*s, n.div_ceil((*copies_left).max(1))))
+                    .collect();
+                let before = share.clone();
+                let filled = self.fill_node(pool, t, &mut shapes, Some(&mut share));
+                for (s, n) in quota.iter_mut() {
+                    *n -= before[s] - share[s];
+                }
+                *copies_left = copies_left.saturating_sub(1);
+                if !filled {
                     break;
                 }
             }
@@ -128,7 +150,8 @@ impl Solver<'_> {
         &mut self,
         pool: usize,
         t: u32,
-        shapes: &mut BTreeMap<(i64, i64, i64), Vec<usize>>,
+        shapes: &mut Shapes,
+        mut quota: Option<&mut Quota>,
     ) -> bool {
         let attempt = plain_attempt();
         let allocatable = self.pools[pool].types[t as usize].allocatable;
@@ -141,13 +164,32 @@ impl Solver<'_> {
             // Dot product of the pod's shape with the room left, both relative to the type.
             let norm = |v: i64, of: i64| if of > 0 { v as f64 / of as f64 } else { 0.0 };
             let score = |r: &Resources| {
-                norm(r.cpu, allocatable.cpu) * norm(room.cpu, allocatable.cpu)
-                    + norm(r.memory, allocatable.memory) * norm(room.memory, allocatable.memory)
-                    + norm(r.pods, allocatable.pods) * norm(room.pods, allocatable.pods)
+                let v = [
+                    norm(r.cpu, allocatable.cpu),
+                    norm(r.memory, allocatable.memory),
+                    norm(r.pods, allocatable.pods),
+                ];
+                let w = [
+                    norm(room.cpu, allocatable.cpu),
+                    norm(room.memory, allocatable.memory),
+                    norm(room.pods, allocatable.pods),
+                ];
+                let dot: f64 = v.iter().zip(&w).map(|(a, b)| a * b).sum();
+                let len = v.iter().map(|a| a * a).sum::<f64>().sqrt();
+                if len > 0.0 {
+                    dot / len
+                } else {
+                    0.0
+                }
             };
             let best = shapes
                 .iter()
-                .filter(|(_, list)| !list.is_empty())
+                .filter(|(shape, list)| {
+                    !list.is_empty()
+                        && quota
+                            .as_ref()
+                            .is_none_or(|q| q.get(*shape).is_some_and(|n| *n > 0))
+                })
                 .map(|(_, list)| {
                     (
                         list[list.len() - 1],
@@ -179,11 +221,130 @@ impl Solver<'_> {
             if !placed {
                 break;
             }
-            if let Some(list) = shapes.get_mut(&(r.cpu, r.memory, r.pods)) {
+            let shape = (r.cpu, r.memory, r.pods);
+            if let Some(list) = shapes.get_mut(&shape) {
                 list.pop();
+            }
+            if let Some(n) = quota.as_mut().and_then(|q| q.get_mut(&shape)) {
+                *n = n.saturating_sub(1);
             }
         }
         node.is_some()
+    }
+
+    /// Which types to buy and which pod shapes to put on them: the fluid relaxation per shape
+    /// (each type's nodes must hold the shapes assigned to them in every dimension, so a
+    /// CPU-heavy shape is not counted against a memory-optimised type's spare CPU). Returns,
+    /// per type in the optimum, the whole nodes to open and how many pods of each shape they
+    /// take. Only the most promising types are offered to the LP, to keep it small.
+    fn shape_mix(&self, pool: usize, shapes: &Shapes) -> Vec<TypePlan> {
+        use minilp::{ComparisonOp, OptimizationDirection, Problem as Lp};
+        const TYPES_PER_SHAPE: usize = 6;
+        let state = &self.pools[pool];
+        let daemon = state.input.daemon_overhead;
+        let live: Vec<(Shape, u64)> = shapes
+            .iter()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(k, l)| (*k, l.len() as u64))
+            .collect();
+        let price = |t: usize| {
+            state.types[t]
+                .cheapest(&state.input.requirements)
+                .map(|o| o.price)
+        };
+        // Candidate types: for each shape, the cheapest per pod of that shape; plus the whole
+        // workload's fluid mix.
+        let mut chosen: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+        for (shape, _) in &live {
+            let mut per_pod: Vec<(f64, usize)> = (0..state.types.len())
+                .filter_map(|t| {
+                    let a = state.types[t].allocatable - daemon;
+                    let fit = [(shape.0, a.cpu), (shape.1, a.memory), (shape.2, a.pods)]
+                        .iter()
+                        .map(|(need, have)| {
+                            if *need == 0 {
+                                f64::INFINITY
+                            } else {
+                                *have as f64 / *need as f64
+                            }
+                        })
+                        .fold(f64::INFINITY, f64::min)
+                        .floor();
+                    (fit >= 1.0)
+                        .then(|| price(t).map(|p| (p / fit, t)))
+                        .flatten()
+                })
+                .collect();
+            per_pod.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chosen.extend(per_pod.iter().take(TYPES_PER_SHAPE).map(|(_, t)| *t));
+        }
+        let demand = live.iter().fold(Resources::ZERO, |acc, (s, n)| {
+            acc + Resources {
+                cpu: s.0 * *n as i64,
+                memory: s.1 * *n as i64,
+                pods: s.2 * *n as i64,
+                ..Resources::ZERO
+            }
+        });
+        chosen.extend(
+            self.fluid_mix(pool, demand)
+                .into_iter()
+                .map(|(t, _)| t as usize),
+        );
+
+        const GIB: f64 = (1u64 << 30) as f64;
+        let mut lp = Lp::new(OptimizationDirection::Minimize);
+        let mut x = Vec::new();
+        let mut y: Vec<Vec<minilp::Variable>> = vec![Vec::new(); live.len()];
+        for &t in &chosen {
+            let Some(p) = price(t) else { continue };
+            let xt = lp.add_var(p, (0.0, f64::INFINITY));
+            let a = state.types[t].allocatable - daemon;
+            let ys: Vec<minilp::Variable> = live
+                .iter()
+                .map(|_| lp.add_var(0.0, (0.0, f64::INFINITY)))
+                .collect();
+            for (dim, have) in [
+                (0usize, a.cpu as f64),
+                (1, a.memory as f64 / GIB),
+                (2, a.pods as f64),
+            ] {
+                let mut row: Vec<(minilp::Variable, f64)> = live
+                    .iter()
+                    .zip(&ys)
+                    .map(|((s, _), v)| (*v, [s.0 as f64, s.1 as f64 / GIB, s.2 as f64][dim]))
+                    .collect();
+                row.push((xt, -have));
+                lp.add_constraint(&row, ComparisonOp::Le, 0.0);
+            }
+            for (i, v) in ys.into_iter().enumerate() {
+                y[i].push(v);
+            }
+            x.push((t as u32, xt));
+        }
+        for (i, (_, n)) in live.iter().enumerate() {
+            let row: Vec<(minilp::Variable, f64)> = y[i].iter().map(|v| (*v, 1.0)).collect();
+            lp.add_constraint(&row, ComparisonOp::Eq, *n as f64);
+        }
+        let Ok(solution) = lp.solve() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (j, (t, xt)) in x.iter().enumerate() {
+            let nodes = solution[*xt];
+            let whole = nodes.floor();
+            if whole < 1.0 {
+                continue;
+            }
+            let quota = live
+                .iter()
+                .enumerate()
+                .map(|(i, (shape, _))| (*shape, (solution[y[i][j]] * whole / nodes).round() as u64))
+                .collect();
+            out.push((*t, whole as u64, quota));
+        }
+        out.sort_by_key(|(_, n, _)| std::cmp::Reverse(*n));
+        out
     }
 
     /// The whole nodes of each type in the fluid lower bound's optimal mix for `demand`,
