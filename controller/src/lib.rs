@@ -7,6 +7,7 @@
 pub mod api;
 pub mod benchmark;
 pub mod catalog;
+pub mod clients;
 pub mod cloud;
 pub mod crds;
 pub mod scheduling;

@@ -1,5 +1,7 @@
-//! Runs the real `jointer` binary in a throwaway directory.
+//! Test support: the real `jointer` binary in a throwaway directory, and the test environment.
 #![allow(dead_code)]
+
+pub mod testenv;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -8,7 +8,6 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::quantity::Quantity;
-use super::requirements::NodeSelectorRequirementWithMinValues;
 
 /// Alias families, lower-case, as they appear before the `@` in `alias`.
 pub const ALIAS_FAMILIES: [&str; 6] = [
@@ -46,20 +45,24 @@ pub struct EC2NodeClassSpec {
     #[x_kube(
         validation = Rule::new("size(self) >= 1 && size(self) <= 30").message("between 1 and 30 subnetSelectorTerms are required"),
     )]
+    #[schemars(extend("maxItems" = 30))]
     pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
     #[x_kube(
         validation = Rule::new("size(self) >= 1 && size(self) <= 30").message("between 1 and 30 securityGroupSelectorTerms are required"),
     )]
+    #[schemars(extend("maxItems" = 30))]
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
     #[x_kube(
         validation = Rule::new("size(self) >= 1 && size(self) <= 30").message("between 1 and 30 amiSelectorTerms are required"),
         validation = Rule::new("!self.exists(t, has(t.alias)) || size(self) == 1")
             .message("'alias' is mutually exclusive: a term with an alias must be the only amiSelectorTerm"),
     )]
+    #[schemars(extend("maxItems" = 30))]
     pub ami_selector_terms: Vec<AmiSelectorTerm>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ami_family: Option<AmiFamily>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = 30))]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// IAM role for the nodes; Karpenter creates and manages an instance profile for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,6 +80,7 @@ pub struct EC2NodeClassSpec {
         validation = Rule::new("self.all(k, !(k in ['karpenter.sh/nodepool', 'karpenter.sh/nodeclaim', 'karpenter.sh/managed-by', 'karpenter.k8s.aws/ec2nodeclass']))")
             .message("tag keys karpenter.sh/nodepool, karpenter.sh/nodeclaim, karpenter.sh/managed-by and karpenter.k8s.aws/ec2nodeclass are reserved: Karpenter sets them"),
     )]
+    #[schemars(extend("maxProperties" = 50))]
     pub tags: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<KubeletConfiguration>,
@@ -85,6 +89,7 @@ pub struct EC2NodeClassSpec {
         validation = Rule::new("size(self) <= 50").message("at most 50 blockDeviceMappings"),
         validation = Rule::new("self.filter(m, has(m.rootVolume) && m.rootVolume).size() <= 1").message("at most one blockDeviceMapping may be the rootVolume"),
     )]
+    #[schemars(extend("maxItems" = 50))]
     pub block_device_mappings: Vec<BlockDeviceMapping>,
     #[serde(default)]
     pub metadata_options: MetadataOptions,
@@ -128,9 +133,11 @@ const TAG_VALUES_MESSAGE: &str = "empty tag keys or values aren't supported";
 pub struct SubnetSelectorTerm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(TAG_VALUES_RULE).message(TAG_VALUES_MESSAGE))]
+    #[schemars(extend("maxProperties" = 20))]
     pub tags: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^subnet-[0-9a-z]+$')").message("id must look like subnet-0123456789abcdef0"))]
+    #[schemars(length(max = 64))]
     pub id: Option<String>,
 }
 
@@ -143,9 +150,11 @@ pub struct SubnetSelectorTerm {
 pub struct SecurityGroupSelectorTerm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(TAG_VALUES_RULE).message(TAG_VALUES_MESSAGE))]
+    #[schemars(extend("maxProperties" = 20))]
     pub tags: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^sg-[0-9a-z]+$')").message("id must look like sg-0123456789abcdef0"))]
+    #[schemars(length(max = 64))]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -170,12 +179,15 @@ pub struct AmiSelectorTerm {
         validation = Rule::new("!self.contains('@') || self.split('@')[0].lowerAscii() in ['al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025']")
             .message("family is not supported, must be one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025"),
     )]
+    #[schemars(length(max = 64))]
     pub alias: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(TAG_VALUES_RULE).message(TAG_VALUES_MESSAGE))]
+    #[schemars(extend("maxProperties" = 20))]
     pub tags: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^ami-[0-9a-z]+$')").message("id must look like ami-0123456789abcdef0"))]
+    #[schemars(length(max = 64))]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -192,6 +204,7 @@ pub struct CapacityReservationSelectorTerm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
     pub id: Option<String>,
     #[serde(default, rename = "ownerID", skip_serializing_if = "Option::is_none")]
     pub owner_id: Option<String>,
@@ -217,15 +230,19 @@ pub struct KubeletConfiguration {
     pub pods_per_core: Option<i32>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pid'])").message("systemReserved keys must be cpu, memory, ephemeral-storage or pid"))]
+    #[schemars(extend("maxProperties" = 4))]
     pub system_reserved: BTreeMap<String, Quantity>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pid'])").message("kubeReserved keys must be cpu, memory, ephemeral-storage or pid"))]
+    #[schemars(extend("maxProperties" = 4))]
     pub kube_reserved: BTreeMap<String, Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_hard: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 10))]
     pub eviction_soft: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 10))]
     pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_max_pod_grace_period: Option<i32>,
@@ -285,6 +302,7 @@ pub struct BlockDevice {
     pub volume_size: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self in ['standard', 'io1', 'io2', 'gp2', 'sc1', 'st1', 'gp3']").message("volumeType must be one of standard, io1, io2, gp2, sc1, st1, gp3"))]
+    #[schemars(length(max = 10))]
     pub volume_type: Option<String>,
 }
 
@@ -308,15 +326,18 @@ fn hop_limit() -> i64 {
 pub struct MetadataOptions {
     #[serde(default = "enabled")]
     #[x_kube(validation = Rule::new("self in ['enabled', 'disabled']").message("httpEndpoint must be enabled or disabled"))]
+    #[schemars(length(max = 10))]
     pub http_endpoint: String,
     #[serde(default = "disabled", rename = "httpProtocolIPv6")]
     #[x_kube(validation = Rule::new("self in ['enabled', 'disabled']").message("httpProtocolIPv6 must be enabled or disabled"))]
+    #[schemars(length(max = 10))]
     pub http_protocol_ipv6: String,
     #[serde(default = "hop_limit")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 64").message("httpPutResponseHopLimit must be between 1 and 64"))]
     pub http_put_response_hop_limit: i64,
     #[serde(default = "required")]
     #[x_kube(validation = Rule::new("self in ['required', 'optional']").message("httpTokens must be required or optional"))]
+    #[schemars(length(max = 10))]
     pub http_tokens: String,
 }
 
@@ -371,6 +392,8 @@ pub struct ResolvedAmi {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Status is written by the controller, so it carries no validation rules (and no CEL
+    /// cost): plain node selector requirements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    pub requirements: Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>,
 }

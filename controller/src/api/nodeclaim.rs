@@ -16,10 +16,13 @@ use super::taint::Taint;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeClassReference {
     #[x_kube(validation = Rule::new("self != ''").message("nodeClassRef.group may not be empty"))]
+    #[schemars(length(max = 253))]
     pub group: String,
     #[x_kube(validation = Rule::new("self != ''").message("nodeClassRef.kind may not be empty"))]
+    #[schemars(length(max = 253))]
     pub kind: String,
     #[x_kube(validation = Rule::new("self != ''").message("nodeClassRef.name may not be empty"))]
+    #[schemars(length(max = 253))]
     pub name: String,
 }
 
@@ -71,6 +74,7 @@ pub struct NodeClaimSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup_taints: Vec<Taint>,
     #[x_kube(validation = Rule::new("size(self) <= 100").message("at most 100 requirements"))]
+    #[schemars(extend("maxItems" = 100))]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     #[serde(default)]
     pub resources: ResourceRequirements,

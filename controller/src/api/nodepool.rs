@@ -52,6 +52,7 @@ pub struct NodeClaimTemplateMetadata {
         validation = Rule::new("self.all(k, k != 'kubernetes.io/hostname')")
             .message("label \"kubernetes.io/hostname\" is restricted: the kubelet sets it"),
     )]
+    #[schemars(extend("maxProperties" = 100))]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
@@ -73,6 +74,7 @@ pub struct NodeClaimTemplateSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup_taints: Vec<Taint>,
     #[x_kube(validation = Rule::new("size(self) <= 100").message("at most 100 requirements"))]
+    #[schemars(extend("maxItems" = 100))]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     #[x_kube(
         validation = Rule::new("self.group == oldSelf.group").message("nodeClassRef.group is immutable"),
@@ -127,6 +129,7 @@ pub struct Disruption {
     pub consolidate_after: NillableDuration,
     #[serde(default = "default_budgets")]
     #[x_kube(validation = Rule::new("size(self) <= 50").message("at most 50 budgets"))]
+    #[schemars(extend("maxItems" = 50))]
     pub budgets: Vec<Budget>,
 }
 
@@ -152,12 +155,14 @@ pub struct Budget {
     #[serde(default = "default_budget_nodes")]
     #[x_kube(validation = Rule::new("self.matches('^((100|[0-9]{1,2})%|[0-9]+)$')")
         .message("nodes must be a whole number (e.g. 5) or a percentage from 0% to 100% (e.g. 10%)"))]
+    #[schemars(length(max = 10))]
     pub nodes: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<DisruptionReason>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|[^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+)$')")
         .message("schedule must be a cron expression of five fields (e.g. '0 9 * * mon-fri') or a macro such as @daily"))]
+    #[schemars(length(max = 100))]
     pub schedule: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration: Option<KubeDuration>,

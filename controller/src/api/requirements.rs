@@ -40,9 +40,12 @@ pub enum Operator {
         .message("key must be a qualified label name such as 'example.com/team' or 'tier'"),
 )]
 pub struct NodeSelectorRequirementWithMinValues {
+    // Bounded sizes keep the CEL rules within the API server's cost budget.
+    #[schemars(length(max = 316))]
     pub key: String,
     pub operator: Operator,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = 100), inner(length(max = 63)))]
     pub values: Vec<String>,
     /// The minimum number of distinct values of `key` the launch must be able to choose from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

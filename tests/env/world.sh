@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Resets moto and creates the AWS side of an existing EKS cluster (see world.py), then
+# writes the jointer config for it to tests/env/.run/jointer.yaml and a summary of the
+# created ids to tests/env/.run/world.json.
+#
+# Needs a running environment (tests/env/up.sh). Run it before each test that needs a
+# clean world; it takes about a second.
+#
+# Usage: tests/env/world.sh
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+[[ -f "${RUN_DIR}/env" ]] || die "the test environment is not up (run tests/env/up.sh)"
+# shellcheck source=/dev/null
+source "${RUN_DIR}/env"
+
+start="$(now_ms)"
+
+# Reset drops every object in every service (and re-creates the AWS-managed IAM policies),
+# so each world starts from exactly the same state.
+curl -fsS --max-time 10 -X POST "${MOTO_URL}/moto-api/reset" > /dev/null
+
+"$JOINTER_TESTENV_PYTHON" "${ENV_DIR}/world.py" "${RUN_DIR}/world.json"
+
+# The configuration under test: the cluster above, with the defaults the tests start from.
+cat > "${RUN_DIR}/jointer.yaml" <<YAML
+cluster: { name: ${JOINTER_TEST_CLUSTER}, region: ${AWS_REGION} }
+identity: pod-identity
+controller: { install: bundled, namespace: kube-system }
+interruption: true
+YAML
+
+log "world created in $(fmt_ms $(( $(now_ms) - start ))): ${RUN_DIR}/world.json, ${RUN_DIR}/jointer.yaml"
