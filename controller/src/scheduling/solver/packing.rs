@@ -239,7 +239,7 @@ impl Solver<'_> {
     /// take. Only the most promising types are offered to the LP, to keep it small.
     fn shape_mix(&self, pool: usize, shapes: &Shapes) -> Vec<TypePlan> {
         use minilp::{ComparisonOp, OptimizationDirection, Problem as Lp};
-        const TYPES_PER_SHAPE: usize = 6;
+        const TYPES_PER_SHAPE: usize = 4;
         let state = &self.pools[pool];
         let daemon = state.input.daemon_overhead;
         let live: Vec<(Shape, u64)> = shapes
