@@ -381,39 +381,7 @@ pub fn user_instance_types(
             enis: 0,
             ipv4_per_eni: 0,
         };
-        let (capacity, mut overhead) = capacity_and_overhead(&hw, &settings);
-        if let Some(explicit) = &e.allocatable {
-            let (alloc, unknown) = Resources::from_quantities(explicit);
-            if let Some(u) = unknown.first() {
-                return Err(invalid(&format!("allocatable names an unsupported resource {:?} (use cpu, memory, pods, ephemeral-storage, nvidia.com/gpu, amd.com/gpu, aws.amazon.com/neuron)", u.0)));
-            }
-            // Unstated dimensions keep the derived value.
-            let derived = capacity - overhead;
-            let stated = Resources {
-                cpu: if alloc.cpu > 0 {
-                    alloc.cpu
-                } else {
-                    derived.cpu
-                },
-                memory: if alloc.memory > 0 {
-                    alloc.memory
-                } else {
-                    derived.memory
-                },
-                pods: if alloc.pods > 0 {
-                    alloc.pods
-                } else {
-                    derived.pods
-                },
-                ephemeral_storage: if alloc.ephemeral_storage > 0 {
-                    alloc.ephemeral_storage
-                } else {
-                    derived.ephemeral_storage
-                },
-                ..alloc
-            };
-            overhead = capacity - stated;
-        }
+        let (capacity, overhead) = capacity_and_overhead(&hw, &settings);
         let offerings = e
             .offerings
             .iter()
@@ -425,10 +393,14 @@ pub fn user_instance_types(
             })
             .collect();
         let mut it = InstanceType::new(&e.name, requirements, capacity, overhead, offerings);
-        if e.allocatable.is_some() {
-            // Stated allocatable may exceed the derived capacity; trust it.
-            let stated = it.allocatable.max(&(it.capacity - it.overhead));
-            it.allocatable = stated;
+        if let Some(explicit) = &e.allocatable {
+            let (stated, unknown) = Resources::from_quantities(explicit);
+            if let Some(u) = unknown.first() {
+                return Err(invalid(&format!("allocatable names an unsupported resource {:?} (use cpu, memory, pods, ephemeral-storage, nvidia.com/gpu, amd.com/gpu, aws.amazon.com/neuron)", u.0)));
+            }
+            // Stated dimensions are used as-is; the others keep the derived value.
+            it.allocatable = stated.or(&it.allocatable);
+            it.overhead = it.capacity - it.allocatable;
         }
         out.push(Arc::new(it));
     }

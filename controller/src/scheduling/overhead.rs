@@ -84,27 +84,10 @@ pub fn capacity_and_overhead(hw: &Hardware, kubelet: &KubeletSettings) -> (Resou
         ephemeral_storage: GIB,
         ..Resources::ZERO
     };
-    let kube_reserved = match &kubelet.kube_reserved {
-        None => computed,
-        Some(explicit) => Resources {
-            cpu: if explicit.cpu > 0 {
-                explicit.cpu
-            } else {
-                computed.cpu
-            },
-            memory: if explicit.memory > 0 {
-                explicit.memory
-            } else {
-                computed.memory
-            },
-            ephemeral_storage: if explicit.ephemeral_storage > 0 {
-                explicit.ephemeral_storage
-            } else {
-                computed.ephemeral_storage
-            },
-            ..Resources::ZERO
-        },
-    };
+    // Explicit kube-reserved replaces the computed value only for the resources it names.
+    let kube_reserved = kubelet
+        .kube_reserved
+        .map_or(computed, |explicit| explicit.or(&computed));
     let eviction = Resources {
         memory: kubelet.eviction_memory.unwrap_or(100 * MIB),
         // nodefs.available defaults to 10 % of the root volume.

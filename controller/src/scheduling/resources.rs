@@ -101,6 +101,21 @@ impl Resources {
             && self.neuron <= capacity.neuron
     }
 
+    /// Each dimension of `self` that is set (non-zero), else `fallback`'s: a partial
+    /// specification completed by defaults.
+    pub fn or(&self, fallback: &Resources) -> Resources {
+        let pick = |a: i64, b: i64| if a > 0 { a } else { b };
+        Resources {
+            cpu: pick(self.cpu, fallback.cpu),
+            memory: pick(self.memory, fallback.memory),
+            pods: pick(self.pods, fallback.pods),
+            ephemeral_storage: pick(self.ephemeral_storage, fallback.ephemeral_storage),
+            nvidia_gpu: pick(self.nvidia_gpu, fallback.nvidia_gpu),
+            amd_gpu: pick(self.amd_gpu, fallback.amd_gpu),
+            neuron: pick(self.neuron, fallback.neuron),
+        }
+    }
+
     /// Element-wise maximum.
     pub fn max(&self, o: &Resources) -> Resources {
         Resources {

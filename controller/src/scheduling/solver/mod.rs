@@ -435,6 +435,26 @@ impl<'a> Solver<'a> {
             .collect())
     }
 
+    /// The topology domains the pod would take on a node whose possible values per key are
+    /// `domains(key)`.
+    fn place(
+        &self,
+        p: usize,
+        attempt: &Attempt,
+        domains: &dyn Fn(&str) -> Option<Vec<String>>,
+    ) -> Result<Placement, Rejection> {
+        let pod = &self.problem.pods[p];
+        self.topology
+            .place(
+                p,
+                pod,
+                attempt.active,
+                attempt.requirements.as_ref(),
+                domains,
+            )
+            .map_err(Rejection::Topology)
+    }
+
     fn try_existing(&self, e: usize, p: usize, attempt: &Attempt) -> Result<Placement, Rejection> {
         let existing = &self.existing[e];
         let pod = &self.problem.pods[p];
@@ -469,15 +489,7 @@ impl<'a> Solver<'a> {
             }
             labels.get(key).map(|v| vec![v.clone()])
         };
-        self.topology
-            .place(
-                p,
-                pod,
-                attempt.active,
-                attempt.requirements.as_ref(),
-                &domains,
-            )
-            .map_err(Rejection::Topology)
+        self.place(p, attempt, &domains)
     }
 
     fn try_candidate(
@@ -561,15 +573,7 @@ impl<'a> Solver<'a> {
                 }
                 Some(values.into_iter().collect())
             };
-            self.topology
-                .place(
-                    p,
-                    pod,
-                    attempt.active,
-                    attempt.requirements.as_ref(),
-                    &domains,
-                )
-                .map_err(Rejection::Topology)?
+            self.place(p, attempt, &domains)?
         };
         for (key, domain) in &placement {
             if key != labels::HOSTNAME {
