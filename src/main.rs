@@ -14,6 +14,7 @@ mod init;
 mod lint;
 mod manifest;
 mod node_templates;
+mod prices;
 mod render;
 mod simulate;
 mod source_map;
@@ -118,6 +119,14 @@ enum Command {
         /// Region of the embedded catalog (default: the config's, else us-east-1).
         #[arg(long)]
         region: Option<String>,
+        /// Use the estimated prices even when `catalog refresh` cached real ones.
+        #[arg(long)]
+        estimated_prices: bool,
+    },
+    /// The instance catalog behind `simulate`.
+    Catalog {
+        #[command(subcommand)]
+        what: CatalogWhat,
     },
     /// Benchmark the scheduler: one solve on a profile, with figures (pods/s, price, gap).
     Bench {
@@ -129,6 +138,16 @@ enum Command {
         /// Input files; pass a NodePool's EC2NodeClass too so its kubelet settings can move.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CatalogWhat {
+    /// Fetch real on-demand (Pricing API) and spot (EC2) prices for a region into the local
+    /// cache (~/.cache/jointer/prices), which `simulate` then uses instead of estimates.
+    Refresh {
+        #[arg(long, env = "AWS_REGION")]
+        region: String,
     },
 }
 
@@ -292,6 +311,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             workload,
             catalog,
             region,
+            estimated_prices,
         } => {
             let args = simulate::Args {
                 config: file.clone(),
@@ -299,11 +319,29 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 workload: workload.clone(),
                 catalog: catalog.clone(),
                 region: region.clone(),
+                use_cached_prices: !estimated_prices,
             };
             let report = simulate::simulate(&args)?;
             match cli.output {
                 Output::Json => print_json(&serde_json::to_value(&report)?)?,
                 Output::Text => simulate::print_table(&report),
+            }
+        }
+        Command::Catalog {
+            what: CatalogWhat::Refresh { region },
+        } => {
+            let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
+            let (cached, path) = runtime.block_on(prices::refresh(region))?;
+            let spot: usize = cached.prices.spot.values().map(|z| z.len()).sum();
+            match cli.output {
+                Output::Json => print_json(
+                    &json!({ "region": region, "cache": path, "on_demand_prices": cached.prices.on_demand.len(), "spot_prices": spot }),
+                )?,
+                Output::Text => eprintln!(
+                    "cached {} on-demand and {spot} spot prices for {region} in {}",
+                    cached.prices.on_demand.len(),
+                    path.display()
+                ),
             }
         }
         Command::Bench {

@@ -30,6 +30,8 @@ pub struct Args {
     pub workload: Vec<PathBuf>,
     pub catalog: Option<PathBuf>,
     pub region: Option<String>,
+    /// Prefer prices cached by `jointer catalog refresh` over the estimate.
+    pub use_cached_prices: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -163,13 +165,23 @@ pub fn simulate(args: &Args) -> Result<Report, InputErrors> {
         None => {
             let catalog = Catalog::embedded()
                 .map_err(|e| Diagnostic::error("embedded catalog", e.to_string()))?;
+            let cached = if args.use_cached_prices {
+                crate::prices::load(&region)
+            } else {
+                None
+            };
+            let source = if cached.is_some() {
+                "cached"
+            } else {
+                "estimated"
+            };
             (
                 Source::Embedded {
                     catalog,
                     region: region.clone(),
-                    prices: None,
+                    prices: cached.map(|c| c.prices),
                 },
-                "estimated",
+                source,
             )
         }
     };
@@ -338,8 +350,10 @@ pub fn print_table(r: &Report) {
         "Total: {} node(s) for {} pod(s), ${:.4}/hour (${:.2}/month); requests use {:.0}% of CPU and {:.0}% of memory allocatable.",
         r.nodes, r.pods_scheduled, r.total_price_per_hour, r.total_price_per_month, r.cpu_utilization * 100.0, r.memory_utilization * 100.0
     );
-    if r.price_source == "estimated" {
-        println!("Prices are estimates from the embedded catalog's model, not AWS list prices.");
+    match r.price_source {
+        "estimated" => println!("Prices are estimates from the embedded catalog's model, not AWS list prices (`jointer catalog refresh` fetches real ones)."),
+        "cached" => println!("Prices come from the cache `jointer catalog refresh` wrote; types it had no price for keep the estimate."),
+        _ => {}
     }
     if !r.unschedulable.is_empty() {
         println!();

@@ -75,6 +75,8 @@ impl Workspace {
             .args(args)
             .current_dir(self.dir.path())
             .env_remove("JOINTER_CONFIG")
+            // Hermetic: no price cache from the developer's machine.
+            .env("JOINTER_CACHE_DIR", self.dir.path().join(".cache"))
             .env_remove("AWS_REGION")
             .output()
             .expect("run jointer");
