@@ -28,6 +28,9 @@ source tests/env/.run/env
 phase "embedded catalog: generator checks (moto's data, same pinned moto)"
 "$JOINTER_TESTENV_PYTHON" controller/catalog/test_generate.py
 
+phase "test environment: gap layer and node-join simulator smoke tests"
+"$JOINTER_TESTENV_PYTHON" tests/env/gap/test_gap.py
+
 phase "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

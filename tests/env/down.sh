@@ -13,9 +13,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 take_env_lock
 
 PID_DIR="${RUN_DIR}/pids"
-# Reverse start order: clients (kwok, scheduler, controller-manager) before the API server,
-# the API server before etcd, so nothing logs a storm of connection errors on the way out.
-STOP_ORDER=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto)
+# Reverse start order: clients (node-join simulator, gap layer, kwok, scheduler,
+# controller-manager) before the API server and moto, the API server before etcd, so nothing
+# logs a storm of connection errors on the way out.
+STOP_ORDER=(nodejoin gap kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto)
 
 if [[ ! -d "$RUN_DIR" ]]; then
   log "nothing to stop (${RUN_DIR} does not exist)"

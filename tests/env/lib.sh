@@ -40,6 +40,14 @@ KCM_PORT="${JOINTER_KCM_PORT:-20257}"
 SCHEDULER_PORT="${JOINTER_SCHEDULER_PORT:-20259}"
 KWOK_PORT="${JOINTER_KWOK_PORT:-20247}"
 MOTO_PORT="${JOINTER_MOTO_PORT:-25000}"
+# The gap layer (gap/gap.py) in front of moto; AWS_ENDPOINT_URL points here.
+GAP_PORT="${JOINTER_GAP_PORT:-25001}"
+
+# --- node-join simulator (gap/nodejoin.py) ---------------------------------------------
+# How long after its launch a cluster instance registers its Node, and how often moto is
+# polled for instances. Read when up.sh starts the simulator.
+NODE_JOIN_DELAY_MS="${JOINTER_NODE_JOIN_DELAY_MS:-2000}"
+NODE_JOIN_POLL_MS="${JOINTER_NODE_JOIN_POLL_MS:-1000}"
 
 CLUSTER_NAME="jointer-test"
 AWS_REGION_DEFAULT="us-east-1"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts the local test environment: a real Kubernetes control plane (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler), kwok as the kubelet of simulated nodes, and
-# moto's AWS server. Everything listens on 127.0.0.1 only.
+# kube-controller-manager, kube-scheduler), kwok as the kubelet of simulated nodes, moto's
+# AWS server, the gap layer in front of moto (gap/gap.py: what moto lacks, fault injection,
+# call log) and the node-join simulator (gap/nodejoin.py: instances become Nodes).
+# Everything listens on 127.0.0.1 only.
 #
 # Idempotent: when the environment is already up and healthy this prints so and exits 0;
 # when a previous run left it half up (a process died, a failed start), it is torn down
@@ -22,8 +24,9 @@ KUBECONFIG_ADMIN="${RUN_DIR}/kubeconfig"
 KUBECTL="${K8S_BIN}/kubectl"
 APISERVER_URL="https://127.0.0.1:${APISERVER_PORT}"
 MOTO_URL="http://127.0.0.1:${MOTO_PORT}"
+GAP_URL="http://127.0.0.1:${GAP_PORT}"
 # The processes up.sh starts, in start order.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok moto)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok moto gap nodejoin)
 
 require_tools curl openssl setsid flock base64
 take_env_lock
@@ -44,6 +47,7 @@ apiserver_ready() {
     "${APISERVER_URL}/readyz" > /dev/null 2>&1
 }
 moto_ready() { curl -fsS --max-time 2 "${MOTO_URL}/moto-api/" > /dev/null 2>&1; }
+gap_ready() { curl -fsS --max-time 2 "${GAP_URL}/_gap/health" > /dev/null 2>&1; }
 
 all_running() {
   local c
@@ -54,7 +58,7 @@ all_running() {
 }
 
 if [[ -d "$RUN_DIR" ]]; then
-  if all_running && apiserver_ready && moto_ready; then
+  if all_running && apiserver_ready && moto_ready && gap_ready; then
     log "test environment already up (source ${RUN_DIR}/env)"
     exit 0
   fi
@@ -81,6 +85,7 @@ check_port_free "$KCM_PORT" JOINTER_KCM_PORT
 check_port_free "$SCHEDULER_PORT" JOINTER_SCHEDULER_PORT
 check_port_free "$KWOK_PORT" JOINTER_KWOK_PORT
 check_port_free "$MOTO_PORT" JOINTER_MOTO_PORT
+check_port_free "$GAP_PORT" JOINTER_GAP_PORT
 
 mkdir -p "$PID_DIR" "$LOG_DIR" "$PKI_DIR"
 
@@ -363,6 +368,34 @@ MOTO_IAM_LOAD_MANAGED_POLICIES=true MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=tru
 wait_until moto 60 moto_ready
 phase "moto ${MOTO_VERSION} ready on ${MOTO_URL}"
 
+# ---- the gap layer and the node-join simulator (gap/) -----------------------------------
+# The gap layer answers what moto lacks (EKS access entries, pod identity, add-ons, a
+# DescribeCluster pointing here, pricing, EKS AMI parameters, a price-aware CreateFleet)
+# and forwards everything else to moto; clients reach AWS only through it. The simulator
+# turns the cluster's running instances into Nodes (kwok then makes them Ready).
+start_process gap "$MOTO_PYTHON" "${ENV_DIR}/gap/gap.py" \
+  --port="$GAP_PORT" \
+  --moto-url="$MOTO_URL" \
+  --apiserver-url="$APISERVER_URL" \
+  --ca-file="${PKI_DIR}/ca.crt" \
+  --world-file="${RUN_DIR}/world.json" \
+  --region="$AWS_REGION_DEFAULT"
+start_process nodejoin "$MOTO_PYTHON" "${ENV_DIR}/gap/nodejoin.py" \
+  --moto-url="$MOTO_URL" \
+  --apiserver-url="$APISERVER_URL" \
+  --ca-file="${PKI_DIR}/ca.crt" \
+  --client-cert="${PKI_DIR}/admin.crt" \
+  --client-key="${PKI_DIR}/admin.key" \
+  --cluster="$CLUSTER_NAME" \
+  --region="$AWS_REGION_DEFAULT" \
+  --kubelet-version="$K8S_VERSION" \
+  --delay-ms="$NODE_JOIN_DELAY_MS" \
+  --poll-ms="$NODE_JOIN_POLL_MS" \
+  --ready-file="${RUN_DIR}/nodejoin.ready"
+current_component=gap
+wait_until gap 30 gap_ready
+phase "gap layer ready on ${GAP_URL}"
+
 # ---- the system node -------------------------------------------------------------------
 # Stands for the managed node group that runs cluster add-ons and the controller in a real
 # EKS cluster (m5.xlarge-sized). Status is sent on create, as a kubelet does when it
@@ -391,16 +424,23 @@ EOF
 wait_until kwok 60 "$KUBECTL" --kubeconfig="$KUBECONFIG_ADMIN" wait node/system-0 \
   --for=condition=Ready --timeout=5s
 phase "node system-0 Ready"
+# The simulator is ready after its first pass over moto's instances (it started above, so
+# its start-up overlaps the system node's).
+current_component=nodejoin
+wait_until nodejoin 30 test -f "${RUN_DIR}/nodejoin.ready"
+phase "node-join simulator running (registration delay ${NODE_JOIN_DELAY_MS} ms, poll ${NODE_JOIN_POLL_MS} ms)"
 
 # ---- env file --------------------------------------------------------------------------
 # Written last: its presence is part of what "up" means to the next up.sh.
-# The AWS variables point every SDK at moto with dummy credentials; metadata lookups are
-# disabled so nothing ever tries the instance metadata address, and profile/role variables
-# from the caller's shell are dropped so real credentials can never be picked up.
+# The AWS variables point every SDK at the gap layer (in front of moto) with dummy
+# credentials; MOTO_URL is moto itself, for tests that must bypass the gap layer. Metadata
+# lookups are disabled so nothing ever tries the instance metadata address, and profile/role
+# variables from the caller's shell are dropped so real credentials can never be picked up.
 {
   echo "# Generated by tests/env/up.sh: source this file to use the test environment."
   printf 'export KUBECONFIG=%q\n' "$KUBECONFIG_ADMIN"
-  printf 'export AWS_ENDPOINT_URL=%q\n' "$MOTO_URL"
+  printf 'export AWS_ENDPOINT_URL=%q\n' "$GAP_URL"
+  printf 'export JOINTER_GAP_URL=%q\n' "$GAP_URL"
   printf 'export MOTO_URL=%q\n' "$MOTO_URL"
   printf 'export AWS_REGION=%q\n' "$AWS_REGION_DEFAULT"
   printf 'export AWS_DEFAULT_REGION=%q\n' "$AWS_REGION_DEFAULT"

@@ -8,7 +8,8 @@ meant to create (discovery tags, node role, queue, ...) is created here: the tes
 see jointer create it.
 
 Run by world.sh after resetting moto; prints a JSON summary and writes it to the path
-given as the only argument. Talks only to AWS_ENDPOINT_URL (moto on 127.0.0.1).
+given as the only argument. Talks only to AWS_ENDPOINT_URL, the gap layer in front of moto
+on 127.0.0.1 (JOINTER_GAP_URL for EKS, whose DescribeCluster only the gap layer gets right).
 """
 
 import json
@@ -21,6 +22,7 @@ import boto3
 CLUSTER = os.environ.get("JOINTER_TEST_CLUSTER", "jointer-test")
 REGION = os.environ.get("AWS_REGION", "us-east-1")
 ENDPOINT = os.environ["AWS_ENDPOINT_URL"]
+GAP_ENDPOINT = os.environ.get("JOINTER_GAP_URL", ENDPOINT)
 KUBERNETES_VERSION = "1.34"
 # Same range the local kube-apiserver allocates ClusterIPs from, so DescribeCluster and the
 # API server agree.
@@ -53,11 +55,12 @@ def tag_spec(resource_type: str, tag_list: list[dict]) -> list[dict]:
 
 def main() -> None:
     refuse_non_loopback(ENDPOINT)
+    refuse_non_loopback(GAP_ENDPOINT)
     out_path = sys.argv[1]
     session = boto3.session.Session(region_name=REGION)
     ec2 = session.client("ec2", endpoint_url=ENDPOINT)
     iam = session.client("iam", endpoint_url=ENDPOINT)
-    eks = session.client("eks", endpoint_url=ENDPOINT)
+    eks = session.client("eks", endpoint_url=GAP_ENDPOINT)
 
     vpc_id = ec2.create_vpc(
         CidrBlock=VPC_CIDR,
@@ -195,7 +198,16 @@ def main() -> None:
         accessConfig={"authenticationMode": "API_AND_CONFIG_MAP"},
     )["cluster"]
 
-    issuer = cluster["identity"]["oidc"]["issuer"]
+    # What jointer will read: the gap layer's DescribeCluster, pointing at the local API
+    # server and carrying the cluster security group created above.
+    described = eks.describe_cluster(name=CLUSTER)["cluster"]
+    vpc_config = described.get("resourcesVpcConfig", {})
+    if not described.get("endpoint", "").startswith("https://127.0.0.1:"):
+        sys.exit(f"world.py: DescribeCluster endpoint {described.get('endpoint')!r} is not the local API server")
+    if vpc_config.get("clusterSecurityGroupId") != cluster_sg:
+        sys.exit(f"world.py: DescribeCluster clusterSecurityGroupId {vpc_config.get('clusterSecurityGroupId')!r} "
+                 f"is not {cluster_sg}")
+    issuer = described["identity"]["oidc"]["issuer"]
     oidc_arn = iam.create_open_id_connect_provider(
         Url=issuer,
         ClientIDList=["sts.amazonaws.com"],

@@ -1,0 +1,1736 @@
+"""The gap layer: a small HTTP server in front of moto that answers what moto lacks.
+
+Every request it does not handle goes to moto unchanged (method, path, query, headers,
+body) and moto's answer comes back unchanged. It handles:
+
+- EKS: access entries (and their access policies), pod identity associations, add-ons,
+  and DescribeCluster overlaid with the local API server's endpoint and CA, the cluster
+  security group, accessConfig.
+- Pricing GetProducts and EC2 DescribeSpotPriceHistory, from a price fixture (prices.json,
+  replaceable at runtime with PUT /_gap/prices).
+- SSM GetParameter(s) for the EKS optimized AL2023 AMI parameters.
+- EC2 CreateFleet Type=instant: picks overrides by the fixture prices, honours injected
+  insufficient-capacity errors, launches through moto's RunInstances with the launch
+  template's settings applied.
+- Fault injection (throttling, 5xx, latency, fail the Nth mutating call, ICE) and a call
+  log, controlled under /_gap/ (see README.md).
+
+Listens on 127.0.0.1 only and talks only to moto on 127.0.0.1. Started by up.sh with the
+moto venv's python (boto3 and PyYAML are there).
+"""
+
+import argparse
+import base64
+import datetime
+import hashlib
+import http.client
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, unquote, urlsplit
+from xml.sax.saxutils import escape
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+ACCOUNT = "123456789012"  # moto's default account
+EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+    "trailer", "transfer-encoding", "upgrade", "content-length", "expect",
+}
+JSON_TARGET_SERVICES = {
+    "AmazonSSM": "ssm", "AWSPriceListService": "pricing", "AmazonSQS": "sqs",
+    "AWSEvents": "events", "AWSCognitoIdentityService": "cognito-identity",
+    "DynamoDB_20120810": "dynamodb", "Logs_20140328": "logs", "TrentService": "kms",
+    "secretsmanager": "secretsmanager", "AmazonEC2ContainerRegistry_V20150921": "ecr",
+    "AWSSecurityTokenServiceV20110615": "sts",
+}
+# Verbs that change state; everything else (Describe, List, Get, Receive, Search, Lookup,
+# Assume, ...) is a read. Order does not matter, prefixes are matched on the operation.
+MUTATING_VERBS = (
+    "Create", "Delete", "Put", "Update", "Modify", "Attach", "Detach", "Add", "Remove",
+    "Tag", "Untag", "Run", "Terminate", "Start", "Stop", "Reboot", "Associate",
+    "Disassociate", "Register", "Deregister", "Set", "Enable", "Disable", "Send",
+    "Change", "Replace", "Import", "Copy", "Authorize", "Revoke", "Allocate", "Release",
+    "Assign", "Unassign", "Accept", "Reject", "Cancel", "Request", "Purchase", "Reset",
+    "Restore", "Upload", "Publish", "Subscribe", "Unsubscribe", "Apply", "Purge",
+    "Activate", "Deactivate", "Upgrade", "Rotate", "Label", "Unlabel", "Resume", "Suspend",
+)
+LOCATIONS = {
+    "us-east-1": "US East (N. Virginia)", "us-east-2": "US East (Ohio)",
+    "us-west-1": "US West (N. California)", "us-west-2": "US West (Oregon)",
+    "eu-west-1": "EU (Ireland)", "eu-west-2": "EU (London)", "eu-central-1": "EU (Frankfurt)",
+    "ap-southeast-1": "Asia Pacific (Singapore)", "ap-southeast-2": "Asia Pacific (Sydney)",
+    "ap-northeast-1": "Asia Pacific (Tokyo)", "ap-south-1": "Asia Pacific (Mumbai)",
+    "ca-central-1": "Canada (Central)", "sa-east-1": "South America (Sao Paulo)",
+}
+USAGE_PREFIX = {
+    "us-east-1": "", "us-east-2": "USE2-", "us-west-1": "USW1-", "us-west-2": "USW2-",
+    "eu-west-1": "EU-", "eu-west-2": "EUW2-", "eu-central-1": "EUC1-",
+    "ap-southeast-1": "APS1-", "ap-southeast-2": "APS2-", "ap-northeast-1": "APN1-",
+    "ap-south-1": "APS3-", "ca-central-1": "CAN1-", "sa-east-1": "SAE1-",
+}
+EKS_AMI_PARAM = re.compile(
+    r"^/aws/service/eks/optimized-ami/(1\.(?:2[89]|3[0-5]))/amazon-linux-2023/"
+    r"(x86_64|arm64)/(standard|nvidia|neuron)/recommended(/image_id|/image_name|/release_version)?$"
+)
+ACCESS_ENTRY_TYPES = {
+    "STANDARD", "EC2_LINUX", "EC2_WINDOWS", "FARGATE_LINUX", "EC2", "HYBRID_LINUX",
+    "HYPERPOD_LINUX",
+}
+
+
+def log(msg):
+    print(f"{datetime.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {msg}", flush=True)
+
+
+def is_mutating(operation):
+    return operation.startswith(MUTATING_VERBS)
+
+
+class AwsError(Exception):
+    def __init__(self, code, message, status=400):
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+
+def json_response(obj, status=200, content_type="application/json"):
+    return Response(status, [("Content-Type", content_type)], json.dumps(obj).encode())
+
+
+def ec2_response(action, inner_xml):
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="{EC2_NS}">'
+        f"<requestId>{uuid.uuid4()}</requestId>{inner_xml}</{action}Response>"
+    )
+    return Response(200, [("Content-Type", "text/xml;charset=UTF-8")], body.encode())
+
+
+def x(tag, value):
+    """One XML element, or nothing for None."""
+    if value is None:
+        return ""
+    return f"<{tag}>{escape(str(value))}</{tag}>"
+
+
+def encode_token(offset):
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
+
+
+def decode_token(token):
+    if not token:
+        return 0
+    try:
+        return int(json.loads(base64.urlsafe_b64decode(token.encode()))["o"])
+    except Exception:
+        raise AwsError("InvalidNextToken", "The specified pagination token is not valid.")
+
+
+def unflatten(pairs):
+    """Query-protocol parameters (A.1.B=v) into nested dicts and lists."""
+    root = {}
+    for key, value in pairs:
+        node = root
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            k = int(part) if part.isdigit() else part
+            if i == len(parts) - 1:
+                node[k] = value
+            else:
+                nxt = node.get(k)
+                if not isinstance(nxt, dict):
+                    nxt = node[k] = {}
+                node = nxt
+
+    def listify(node):
+        if isinstance(node, dict):
+            if node and all(isinstance(k, int) for k in node):
+                return [listify(node[k]) for k in sorted(node)]
+            return {k: listify(v) for k, v in node.items()}
+        return node
+
+    return listify(root)
+
+
+def as_list(value):
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    return [value]
+
+
+# ---- the call being handled -------------------------------------------------------------
+
+
+class Call:
+    """One incoming request, with the service, region, protocol and operation worked out."""
+
+    def __init__(self, method, raw_target, headers, body, default_region):
+        self.method = method
+        self.raw_target = raw_target
+        split = urlsplit(raw_target)
+        self.raw_path = split.path
+        self.query = parse_qsl(split.query, keep_blank_values=True)
+        self.headers = headers  # list of (name, value)
+        self.body = body
+        self.target = self.header("X-Amz-Target")
+        self.service, self.region = None, default_region
+        m = re.search(r"Credential=[^/]+/\d{8}/([^/]+)/([^/]+)/aws4_request",
+                      self.header("Authorization") or "")
+        if m:
+            self.region, self.service = m.group(1), m.group(2)
+        self.form = []
+        ctype = (self.header("Content-Type") or "").lower()
+        if method == "POST" and "x-www-form-urlencoded" in ctype:
+            self.form = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+        action = dict(self.query).get("Action") or dict(self.form).get("Action")
+        if self.target:
+            self.protocol = "json"
+            self.operation = self.target.rsplit(".", 1)[-1]
+            if not self.service:
+                self.service = JSON_TARGET_SERVICES.get(self.target.split(".")[0], "unknown")
+        elif action:
+            self.operation = action
+            params = dict(self.query + self.form)
+            if not self.service:
+                self.service = "ec2" if params.get("Version") == "2016-11-15" else "unknown"
+            self.protocol = "ec2" if self.service == "ec2" else "query"
+        elif self.raw_path.startswith("/clusters") or self.service == "eks" or \
+                self.raw_path.startswith("/addons"):
+            self.service = "eks"
+            self.protocol = "rest-json"
+            self.operation = eks_operation_name(method, self.segments())
+        else:
+            self.service = self.service or "unknown"
+            self.protocol = "rest"
+            self.operation = f"{method} {self.raw_path}"
+        self.params = unflatten(self.query + self.form) if self.protocol in ("ec2", "query") else {}
+        if self.protocol == "rest":
+            self.mutating = method in ("POST", "PUT", "DELETE", "PATCH")
+        else:
+            self.mutating = is_mutating(self.operation)
+
+    def header(self, name):
+        lname = name.lower()
+        for k, v in self.headers:
+            if k.lower() == lname:
+                return v
+        return None
+
+    def segments(self):
+        return [unquote(s) for s in self.raw_path.strip("/").split("/") if s != ""]
+
+    def json_body(self):
+        if not self.body:
+            return {}
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise AwsError("SerializationException", "request body is not valid JSON")
+
+    def qs(self):
+        return dict(self.query)
+
+
+EKS_RESOURCES = {
+    "access-entries": ("AccessEntry", "AccessEntries"),
+    "access-policies": ("AccessPolicy", "AssociatedAccessPolicies"),
+    "pod-identity-associations": ("PodIdentityAssociation", "PodIdentityAssociations"),
+    "addons": ("Addon", "Addons"),
+    "node-groups": ("Nodegroup", "Nodegroups"),
+    "fargate-profiles": ("FargateProfile", "FargateProfiles"),
+    "updates": ("Update", "Updates"),
+    "insights": ("Insight", "Insights"),
+}
+
+
+def eks_operation_name(method, seg):
+    """The EKS API operation of a REST path, by the usual collection/item conventions."""
+    if seg[:1] == ["tags"]:
+        return {"GET": "ListTagsForResource", "POST": "TagResource",
+                "DELETE": "UntagResource"}.get(method, f"{method} tags")
+    if seg == ["addons", "supported-versions"]:
+        return "DescribeAddonVersions"
+    if seg[:1] != ["clusters"]:
+        return f"{method} /{'/'.join(seg)}"
+    if len(seg) == 1:
+        return {"GET": "ListClusters", "POST": "CreateCluster"}.get(method, f"{method} clusters")
+    if len(seg) == 2:
+        return {"GET": "DescribeCluster", "DELETE": "DeleteCluster",
+                "POST": "UpdateCluster"}.get(method, f"{method} cluster")
+    if seg[2] == "update-config":
+        return "UpdateClusterConfig"
+    if seg[2] == "updates" and method == "POST":
+        return "UpdateClusterVersion"
+    # The innermost known collection decides: .../access-entries/X/access-policies/Y.
+    coll_index = max((i for i in range(2, len(seg)) if seg[i] in EKS_RESOURCES), default=None)
+    if coll_index is None:
+        return f"{method} /{'/'.join(seg)}"
+    one, many = EKS_RESOURCES[seg[coll_index]]
+    item = len(seg) > coll_index + 1
+    if seg[coll_index] == "access-policies":
+        return {("POST", False): "AssociateAccessPolicy",
+                ("GET", False): "ListAssociatedAccessPolicies",
+                ("DELETE", True): "DisassociateAccessPolicy"}.get((method, item), f"{method} access-policies")
+    if item and len(seg) > coll_index + 2 and seg[coll_index + 2] == "update":
+        return f"Update{one}Config" if one == "Nodegroup" else f"Update{one}"
+    return {
+        ("GET", False): f"List{many}", ("POST", False): f"Create{one}",
+        ("GET", True): f"Describe{one}", ("DELETE", True): f"Delete{one}",
+        ("POST", True): f"Update{one}",
+    }.get((method, item), f"{method} {seg[coll_index]}")
+
+
+# ---- errors in each protocol's shape ----------------------------------------------------
+
+
+def error_response(call, code, message, status):
+    rid = str(uuid.uuid4())
+    if call.protocol == "ec2":
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error>{x("Code", code)}'
+                f'{x("Message", message)}</Error></Errors>{x("RequestID", rid)}</Response>')
+        return Response(status, [("Content-Type", "text/xml;charset=UTF-8")], body.encode())
+    if call.protocol == "query":
+        kind = "Receiver" if status >= 500 else "Sender"
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<ErrorResponse><Error>{x("Type", kind)}'
+                f'{x("Code", code)}{x("Message", message)}</Error>{x("RequestId", rid)}</ErrorResponse>')
+        return Response(status, [("Content-Type", "text/xml"), ("x-amzn-RequestId", rid)], body.encode())
+    if call.protocol == "json":
+        ctype = call.header("Content-Type") or "application/x-amz-json-1.1"
+        body = json.dumps({"__type": code, "message": message}).encode()
+        return Response(status, [("Content-Type", ctype), ("x-amzn-RequestId", rid),
+                                 ("x-amzn-ErrorType", code)], body)
+    if call.protocol == "rest-json":
+        body = json.dumps({"message": message}).encode()
+        return Response(status, [("Content-Type", "application/json"), ("x-amzn-RequestId", rid),
+                                 ("x-amzn-ErrorType", code)], body)
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error>{x("Code", code)}{x("Message", message)}'
+            f'{x("RequestId", rid)}</Error>')
+    return Response(status, [("Content-Type", "application/xml")], body.encode())
+
+
+def throttle_code(call):
+    if call.protocol == "ec2":
+        return "RequestLimitExceeded", "Request limit exceeded."
+    if call.protocol == "query":
+        return "Throttling", "Rate exceeded"
+    return "ThrottlingException", "Rate exceeded"
+
+
+def server_error_code(call):
+    if call.protocol == "ec2":
+        return "InternalError", "An internal error has occurred"
+    return {
+        "eks": "ServerException", "ssm": "InternalServerError",
+        "pricing": "InternalErrorException",
+    }.get(call.service, "InternalFailure"), "We encountered an internal error. Please try again."
+
+
+# ---- the gap layer's state --------------------------------------------------------------
+
+
+class Gap:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.RLock()
+        self.moto = urlsplit(args.moto_url)
+        self.fixture_prices = self._load_prices(args.prices)
+        self._clients = {}
+        self._itypes = {}  # instance type -> moto DescribeInstanceTypes record (or None)
+        self._images = {}  # (region, image id) -> architecture
+        self.reset_cv = threading.Condition()
+        self.resetting = False
+        self.reset_state()
+
+    @staticmethod
+    def _load_prices(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    # moto answers 500 to calls that arrive while it resets (its backends are half
+    # rebuilt), so calls through the gap layer wait for a reset to finish.
+    def begin_reset(self):
+        with self.reset_cv:
+            while self.resetting:
+                self.reset_cv.wait()
+            self.resetting = True
+
+    def end_reset(self):
+        with self.reset_cv:
+            self.resetting = False
+            self.reset_cv.notify_all()
+
+    def wait_not_resetting(self):
+        with self.reset_cv:
+            while self.resetting:
+                self.reset_cv.wait()
+
+    def reset_state(self):
+        with self.lock:
+            self.prices = json.loads(json.dumps(self.fixture_prices))
+            self.prices_time = time.time()
+            self.access_entries = {}  # (region, cluster) -> {principalArn: entry}
+            self.access_policies = {}  # (region, cluster, principalArn) -> {policyArn: assoc}
+            self.associations = {}  # (region, cluster) -> {associationId: association}
+            self.addons = {}  # (region, cluster) -> {name: addon}
+            self.ami_cache = {}
+            self.calls = []
+            self.clear_faults()
+
+    def clear_faults(self):
+        with self.lock:
+            self.fault_rules = []  # throttle / server_error rules
+            self.latency_rules = []
+            self.ice_rules = []
+            self.fail_nth = None
+
+    def faults_view(self):
+        with self.lock:
+            return {
+                "rules": self.fault_rules, "latency": self.latency_rules,
+                "ice": self.ice_rules, "fail_nth_mutating": self.fail_nth,
+            }
+
+    def client(self, service, region):
+        key = (service, region)
+        with self.lock:
+            c = self._clients.get(key)
+            if c is None:
+                c = boto3.session.Session().client(
+                    service, region_name=region, endpoint_url=self.args.moto_url,
+                    aws_access_key_id="testing", aws_secret_access_key="testing",
+                    config=botocore.config.Config(retries={"total_max_attempts": 1},
+                                                  read_timeout=120, connect_timeout=5),
+                )
+                self._clients[key] = c
+            return c
+
+    # ---- forwarding ----
+
+    def forward(self, call):
+        conn = http.client.HTTPConnection(self.moto.hostname, self.moto.port, timeout=300)
+        try:
+            conn.putrequest(call.method, call.raw_target, skip_host=True, skip_accept_encoding=True)
+            for k, v in call.headers:
+                if k.lower() not in HOP_BY_HOP:
+                    conn.putheader(k, v)
+            conn.putheader("Content-Length", str(len(call.body)))
+            conn.endheaders(call.body)
+            resp = conn.getresponse()
+            data = resp.read()
+            headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP_BY_HOP]
+            return Response(resp.status, headers, data)
+        finally:
+            conn.close()
+
+    # ---- faults ----
+
+    def apply_faults(self, call):
+        """Sleeps for injected latency; returns (fault kind, Response) or (None, None)."""
+        with self.lock:
+            delay = sum(r["ms"] for r in self.latency_rules if self._matches(r, call))
+        if delay:
+            time.sleep(delay / 1000.0)
+        with self.lock:
+            if call.mutating and self.fail_nth is not None:
+                self.fail_nth["remaining"] -= 1
+                if self.fail_nth["remaining"] <= 0:
+                    rule, self.fail_nth = self.fail_nth, None
+                    code, msg = server_error_code(call)
+                    code = rule.get("code") or code
+                    return "fail_nth_mutating", error_response(
+                        call, code, rule.get("message") or msg, int(rule.get("status") or 500))
+            for rule in self.fault_rules:
+                if not self._matches(rule, call):
+                    continue
+                if rule["count"] is not None:
+                    if rule["count"] <= 0:
+                        continue
+                    rule["count"] -= 1
+                if rule["kind"] == "throttle":
+                    code, msg = throttle_code(call)
+                    default_status = 400
+                else:
+                    code, msg = server_error_code(call)
+                    default_status = 500
+                return rule["kind"], error_response(
+                    call, rule.get("code") or code, rule.get("message") or msg,
+                    int(rule.get("status") or default_status))
+        return None, None
+
+    @staticmethod
+    def _matches(rule, call):
+        for key, actual in (("service", call.service), ("operation", call.operation)):
+            want = rule.get(key)
+            if want is None:
+                continue
+            wanted = want if isinstance(want, list) else [want]
+            if actual not in wanted:
+                return False
+        return True
+
+    def add_faults(self, spec):
+        with self.lock:
+            for kind, aliases in (("throttle", ("throttle",)),
+                                  ("server_error", ("server_error", "error5xx"))):
+                for alias in aliases:
+                    for rule in as_list(spec.get(alias)):
+                        if not isinstance(rule, dict):
+                            raise ValueError(f"{alias} must be an object or a list of objects")
+                        self.fault_rules.append({
+                            "kind": kind, "count": rule.get("count"),
+                            "service": rule.get("service"), "operation": rule.get("operation"),
+                            "status": rule.get("status"), "code": rule.get("code"),
+                            "message": rule.get("message"),
+                        })
+            if "latency_ms" in spec:
+                self.latency_rules.append({"ms": int(spec["latency_ms"])})
+            for rule in as_list(spec.get("latency")):
+                self.latency_rules.append({
+                    "ms": int(rule["ms"]), "service": rule.get("service"),
+                    "operation": rule.get("operation"),
+                })
+            for rule in as_list(spec.get("ice")):
+                self.ice_rules.append({
+                    "instance_type": rule.get("instance_type"), "zone": rule.get("zone"),
+                    "capacity_type": rule.get("capacity_type"), "count": rule.get("count"),
+                })
+            nth = spec.get("fail_nth_mutating")
+            if nth is not None:
+                if not isinstance(nth, dict):
+                    nth = {"n": nth}
+                n = int(nth["n"])
+                if n < 1:
+                    raise ValueError("fail_nth_mutating.n must be >= 1")
+                self.fail_nth = {"n": n, "remaining": n, "code": nth.get("code"),
+                                 "status": nth.get("status"), "message": nth.get("message")}
+
+    def ice_hit(self, instance_type, zone, capacity_type):
+        with self.lock:
+            for rule in self.ice_rules:
+                if rule["instance_type"] not in (None, instance_type):
+                    continue
+                if rule["zone"] not in (None, zone):
+                    continue
+                if rule["capacity_type"] not in (None, capacity_type):
+                    continue
+                if rule["count"] is not None:
+                    if rule["count"] <= 0:
+                        continue
+                    rule["count"] -= 1
+                return True
+        return False
+
+    def record(self, call, status, ms, fault, started):
+        with self.lock:
+            self.calls.append({
+                "service": call.service, "operation": call.operation,
+                "mutating": call.mutating, "status": status, "ms": round(ms, 1),
+                "t": round(started, 3), "fault": fault,
+            })
+
+    # ---- moto look-ups ----
+
+    def instance_type_info(self, names):
+        """moto's DescribeInstanceTypes records for the names (None for unknown ones)."""
+        missing = [n for n in names if n not in self._itypes]
+        if missing:
+            ec2 = self.client("ec2", self.args.region)
+            found = {}
+            for i in range(0, len(missing), 100):
+                chunk = missing[i:i + 100]
+                pages = ec2.get_paginator("describe_instance_types").paginate(
+                    Filters=[{"Name": "instance-type", "Values": chunk}])
+                for page in pages:
+                    for it in page["InstanceTypes"]:
+                        found[it["InstanceType"]] = it
+            with self.lock:
+                for n in missing:
+                    self._itypes[n] = found.get(n)
+        return {n: self._itypes.get(n) for n in names}
+
+    def image_architecture(self, region, image_id):
+        key = (region, image_id)
+        if key not in self._images:
+            try:
+                imgs = self.client("ec2", region).describe_images(ImageIds=[image_id])["Images"]
+            except botocore.exceptions.ClientError:
+                imgs = []
+            arch = imgs[0].get("Architecture") if imgs else None
+            if arch is None:
+                return None
+            self._images[key] = arch
+        return self._images[key]
+
+    def cluster_or_404(self, region, name):
+        try:
+            return self.client("eks", region).describe_cluster(name=name)["cluster"]
+        except botocore.exceptions.ClientError as e:
+            if e.response["Error"]["Code"] == "ResourceNotFoundException":
+                raise AwsError("ResourceNotFoundException", f"No cluster found for name: {name}.", 404)
+            raise
+
+
+# ---- EKS ---------------------------------------------------------------------------------
+
+
+def page(items, qs, default=100, max_allowed=100):
+    try:
+        limit = int(qs.get("maxResults") or default)
+    except ValueError:
+        raise AwsError("InvalidParameterException", "maxResults must be a number")
+    if limit < 1 or limit > max_allowed:
+        raise AwsError("InvalidParameterException",
+                       f"maxResults must be between 1 and {max_allowed}")
+    start = decode_token(qs.get("nextToken"))
+    chunk = items[start:start + limit]
+    token = encode_token(start + limit) if start + limit < len(items) else None
+    return chunk, token
+
+
+def handle_eks(gap, call):
+    seg = call.segments()
+    if len(seg) < 2 or seg[0] != "clusters":
+        return None
+    region, cluster = call.region, seg[1]
+    if len(seg) == 2 and call.method == "GET":
+        return describe_cluster(gap, call, cluster)
+    if len(seg) == 2 and call.method == "DELETE":
+        resp = gap.forward(call)
+        if resp.status == 200:
+            with gap.lock:
+                key = (region, cluster)
+                gap.access_entries.pop(key, None)
+                gap.associations.pop(key, None)
+                gap.addons.pop(key, None)
+        return resp
+    if len(seg) < 3 or seg[2] not in ("access-entries", "pod-identity-associations", "addons"):
+        return None
+    if seg[2] == "addons" and len(seg) >= 4 and seg[3] == "supported-versions":
+        return None
+    moto_cluster = gap.cluster_or_404(region, cluster)
+    key = (region, cluster)
+    if seg[2] == "access-entries":
+        return access_entries(gap, call, key, moto_cluster, seg[3:])
+    if seg[2] == "pod-identity-associations":
+        return pod_identity(gap, call, key, seg[3:])
+    return addons(gap, call, key, moto_cluster, seg[3:])
+
+
+def describe_cluster(gap, call, name):
+    resp = gap.forward(call)
+    if resp.status != 200:
+        return resp
+    doc = json.loads(resp.body)
+    c = doc.get("cluster", {})
+    with open(gap.args.ca_file, "rb") as f:
+        ca = f.read()
+    c["endpoint"] = gap.args.apiserver_url
+    c["certificateAuthority"] = {"data": base64.b64encode(ca).decode()}
+    vpc = c.setdefault("resourcesVpcConfig", {})
+    if not vpc.get("vpcId") and vpc.get("subnetIds"):
+        try:
+            subnets = gap.client("ec2", call.region).describe_subnets(
+                SubnetIds=vpc["subnetIds"][:1])["Subnets"]
+            if subnets:
+                vpc["vpcId"] = subnets[0]["VpcId"]
+        except botocore.exceptions.ClientError:
+            pass
+    sg = cluster_security_group(gap, call.region, name, vpc.get("vpcId"))
+    if sg:
+        vpc["clusterSecurityGroupId"] = sg
+    vpc.setdefault("publicAccessCidrs", ["0.0.0.0/0"])
+    access = c.setdefault("accessConfig", {})
+    access.setdefault("authenticationMode", "API_AND_CONFIG_MAP")
+    access.setdefault("bootstrapClusterCreatorAdminPermissions", True)
+    c["version"] = c.get("version") or "1.34"
+    net = c.setdefault("kubernetesNetworkConfig", {})
+    net.setdefault("serviceIpv4Cidr", "10.96.0.0/16")
+    net.setdefault("ipFamily", "ipv4")
+    oidc = c.setdefault("identity", {}).setdefault("oidc", {})
+    if not oidc.get("issuer"):
+        oidc["issuer"] = (f"https://oidc.eks.{call.region}.amazonaws.com/id/"
+                          + hashlib.sha256(name.encode()).hexdigest()[:32].upper())
+    c.setdefault("status", "ACTIVE")
+    return json_response(doc)
+
+
+def cluster_security_group(gap, region, cluster, vpc_id):
+    """The cluster security group: found by EKS's naming (eks-cluster-sg-<cluster>...) in the
+    cluster's VPC in moto, else the world fixture's (.run/world.json)."""
+    filters = [{"Name": "group-name", "Values": [f"eks-cluster-sg-{cluster}*"]}]
+    if vpc_id:
+        filters.append({"Name": "vpc-id", "Values": [vpc_id]})
+    try:
+        groups = gap.client("ec2", region).describe_security_groups(Filters=filters)["SecurityGroups"]
+    except botocore.exceptions.ClientError:
+        groups = []
+    if groups:
+        return sorted(g["GroupId"] for g in groups)[0]
+    world = gap.args.world_file
+    if world and os.path.exists(world):
+        try:
+            with open(world, encoding="utf-8") as f:
+                w = json.load(f)
+            if w.get("cluster", {}).get("name") == cluster and w.get("region", region) == region:
+                return w.get("securityGroups", {}).get("cluster")
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def principal_name(arn):
+    m = re.match(r"^arn:aws[\w-]*:iam::(\d{12}):(role|user)/(?:.*/)?([\w+=,.@-]+)$", arn or "")
+    return m.groups() if m else None
+
+
+def access_entries(gap, call, key, cluster, rest):
+    region, name = key
+    entries = gap.access_entries.setdefault(key, {})
+    if not rest:
+        if call.method == "POST":
+            return create_access_entry(gap, call, key, cluster, entries)
+        if call.method == "GET":
+            qs = call.qs()
+            with gap.lock:
+                arns = sorted(entries)
+                if qs.get("associatedPolicyArn"):
+                    arns = [a for a in arns
+                            if qs["associatedPolicyArn"] in gap.access_policies.get(key + (a,), {})]
+            chunk, token = page(arns, qs)
+            out = {"accessEntries": chunk}
+            if token:
+                out["nextToken"] = token
+            return json_response(out)
+        return None
+    arn = rest[0]
+    with gap.lock:
+        entry = entries.get(arn)
+    if entry is None:
+        raise AwsError("ResourceNotFoundException",
+                       f"The specified access entry resource is not found (principalArn: {arn}).", 404)
+    if len(rest) == 1:
+        if call.method == "GET":
+            return json_response({"accessEntry": entry})
+        if call.method == "DELETE":
+            with gap.lock:
+                entries.pop(arn, None)
+                gap.access_policies.pop(key + (arn,), None)
+            return json_response({})
+        if call.method == "POST":
+            body = call.json_body()
+            with gap.lock:
+                if "kubernetesGroups" in body:
+                    if entry["type"] != "STANDARD" and body["kubernetesGroups"]:
+                        raise AwsError("InvalidParameterException",
+                                       f"kubernetesGroups can't be specified for access entries of type {entry['type']}.")
+                    entry["kubernetesGroups"] = list(body["kubernetesGroups"] or [])
+                if body.get("username"):
+                    entry["username"] = body["username"]
+                entry["modifiedAt"] = time.time()
+            return json_response({"accessEntry": entry})
+        return None
+    if rest[1] != "access-policies":
+        return None
+    policies = gap.access_policies.setdefault(key + (arn,), {})
+    if len(rest) == 2 and call.method == "POST":
+        body = call.json_body()
+        policy = body.get("policyArn") or ""
+        scope = body.get("accessScope") or {}
+        if not policy.startswith("arn:aws:eks::aws:cluster-access-policy/"):
+            raise AwsError("InvalidParameterException", f"The policyArn {policy!r} is not valid.")
+        if scope.get("type") not in ("cluster", "namespace"):
+            raise AwsError("InvalidParameterException", "accessScope.type must be cluster or namespace.")
+        if entry["type"] != "STANDARD":
+            raise AwsError("InvalidRequestException",
+                           f"Access policies can't be associated with access entries of type {entry['type']}.")
+        now = time.time()
+        with gap.lock:
+            prev = policies.get(policy)
+            assoc = {"policyArn": policy, "accessScope": {"type": scope["type"],
+                                                          "namespaces": scope.get("namespaces", [])},
+                     "associatedAt": prev["associatedAt"] if prev else now, "modifiedAt": now}
+            policies[policy] = assoc
+        return json_response({"clusterName": name, "principalArn": arn,
+                              "associatedAccessPolicy": assoc})
+    if len(rest) == 2 and call.method == "GET":
+        with gap.lock:
+            items = [policies[p] for p in sorted(policies)]
+        chunk, token = page(items, call.qs())
+        out = {"clusterName": name, "principalArn": arn, "associatedAccessPolicies": chunk}
+        if token:
+            out["nextToken"] = token
+        return json_response(out)
+    if len(rest) == 3 and call.method == "DELETE":
+        with gap.lock:
+            if policies.pop(rest[2], None) is None:
+                raise AwsError("ResourceNotFoundException",
+                               f"The specified access policy {rest[2]} is not associated.", 404)
+        return json_response({})
+    return None
+
+
+def create_access_entry(gap, call, key, cluster, entries):
+    region, name = key
+    body = call.json_body()
+    arn = body.get("principalArn")
+    parsed = principal_name(arn)
+    if not parsed:
+        raise AwsError("InvalidParameterException",
+                       f"The specified principalArn is invalid: {arn!r} is not an IAM role or user ARN.")
+    account, kind, pname = parsed
+    etype = body.get("type") or "STANDARD"
+    if etype not in ACCESS_ENTRY_TYPES:
+        raise AwsError("InvalidParameterException", f"The type {etype!r} is not valid.")
+    groups = body.get("kubernetesGroups") or []
+    if etype != "STANDARD" and groups:
+        raise AwsError("InvalidParameterException",
+                       f"kubernetesGroups can't be specified for access entries of type {etype}.")
+    if etype != "STANDARD" and body.get("username"):
+        raise AwsError("InvalidParameterException",
+                       f"username can't be specified for access entries of type {etype}.")
+    if etype in ("EC2_LINUX", "EC2_WINDOWS", "FARGATE_LINUX", "HYBRID_LINUX") and kind != "role":
+        raise AwsError("InvalidParameterException", f"Access entries of type {etype} need an IAM role.")
+    # EKS checks that the principal exists.
+    iam = gap.client("iam", region)
+    try:
+        if kind == "role":
+            iam.get_role(RoleName=pname)
+        else:
+            iam.get_user(UserName=pname)
+    except botocore.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] == "NoSuchEntity":
+            raise AwsError("InvalidParameterException",
+                           f"The specified principalArn is invalid: invalid principal ({arn}).")
+        raise
+    if etype in ("EC2_LINUX", "EC2_WINDOWS", "HYBRID_LINUX"):
+        username = "system:node:{{EC2PrivateDNSName}}"
+        groups = ["system:nodes"]
+    elif etype == "FARGATE_LINUX":
+        username = "system:node:{{SessionName}}"
+        groups = ["system:nodes"]
+    elif body.get("username"):
+        username = body["username"]
+    elif kind == "role":
+        username = f"arn:aws:sts::{account}:assumed-role/{pname}/{{{{SessionName}}}}"
+    else:
+        username = arn
+    now = time.time()
+    entry = {
+        "clusterName": name, "principalArn": arn, "kubernetesGroups": groups,
+        "accessEntryArn": (f"arn:aws:eks:{region}:{ACCOUNT}:access-entry/{name}/{kind}/"
+                           f"{account}/{pname}/{uuid.uuid4()}"),
+        "createdAt": now, "modifiedAt": now, "tags": body.get("tags") or {},
+        "username": username, "type": etype,
+    }
+    with gap.lock:
+        if arn in entries:
+            raise AwsError("ResourceInUseException",
+                           "The specified access entry resource is already in use on this cluster.", 409)
+        entries[arn] = entry
+    return json_response({"accessEntry": entry})
+
+
+def pod_identity(gap, call, key, rest):
+    region, name = key
+    assocs = gap.associations.setdefault(key, {})
+    if not rest:
+        if call.method == "POST":
+            body = call.json_body()
+            ns, sa, role = body.get("namespace"), body.get("serviceAccount"), body.get("roleArn")
+            if not ns or not sa or not role:
+                raise AwsError("InvalidParameterException",
+                               "namespace, serviceAccount and roleArn are required.")
+            if not principal_name(role) or principal_name(role)[1] != "role":
+                raise AwsError("InvalidParameterException", f"The roleArn {role!r} is not valid.")
+            with gap.lock:
+                for a in assocs.values():
+                    if a["namespace"] == ns and a["serviceAccount"] == sa:
+                        raise AwsError("ResourceInUseException",
+                                       f"Association already exists: {a['associationId']}", 409)
+                aid = "a-" + uuid.uuid4().hex[:17]
+                now = time.time()
+                assoc = {
+                    "clusterName": name, "namespace": ns, "serviceAccount": sa, "roleArn": role,
+                    "associationArn": (f"arn:aws:eks:{region}:{ACCOUNT}:podidentityassociation/"
+                                       f"{name}/{aid}"),
+                    "associationId": aid, "tags": body.get("tags") or {},
+                    "createdAt": now, "modifiedAt": now,
+                    "disableSessionTags": bool(body.get("disableSessionTags", False)),
+                }
+                if body.get("targetRoleArn"):
+                    assoc["targetRoleArn"] = body["targetRoleArn"]
+                assocs[aid] = assoc
+            return json_response({"association": assoc})
+        if call.method == "GET":
+            qs = call.qs()
+            with gap.lock:
+                items = sorted(assocs.values(), key=lambda a: a["createdAt"])
+            items = [a for a in items
+                     if (not qs.get("namespace") or a["namespace"] == qs["namespace"])
+                     and (not qs.get("serviceAccount") or a["serviceAccount"] == qs["serviceAccount"])]
+            chunk, token = page(items, qs)
+            out = {"associations": [
+                {k: a[k] for k in ("clusterName", "namespace", "serviceAccount",
+                                   "associationArn", "associationId")} for a in chunk]}
+            if token:
+                out["nextToken"] = token
+            return json_response(out)
+        return None
+    aid = rest[0]
+    with gap.lock:
+        assoc = assocs.get(aid)
+    if assoc is None:
+        raise AwsError("ResourceNotFoundException",
+                       f"The specified pod identity association {aid} is not found.", 404)
+    if len(rest) > 1:
+        return None
+    if call.method == "GET":
+        return json_response({"association": assoc})
+    if call.method == "DELETE":
+        with gap.lock:
+            assocs.pop(aid, None)
+        return json_response({"association": assoc})
+    if call.method == "POST":
+        body = call.json_body()
+        with gap.lock:
+            if body.get("roleArn"):
+                assoc["roleArn"] = body["roleArn"]
+            if "disableSessionTags" in body:
+                assoc["disableSessionTags"] = bool(body["disableSessionTags"])
+            assoc["modifiedAt"] = time.time()
+        return json_response({"association": assoc})
+    return None
+
+
+def default_addons(region, cluster):
+    now = time.time()
+    return {"eks-pod-identity-agent": {
+        "addonName": "eks-pod-identity-agent", "clusterName": cluster, "status": "ACTIVE",
+        "addonVersion": "v1.3.8-eksbuild.2", "health": {"issues": []},
+        "addonArn": (f"arn:aws:eks:{region}:{ACCOUNT}:addon/{cluster}/eks-pod-identity-agent/"
+                     f"{uuid.uuid5(uuid.NAMESPACE_URL, cluster)}"),
+        "createdAt": now, "modifiedAt": now, "tags": {},
+    }}
+
+
+def addons(gap, call, key, cluster, rest):
+    region, name = key
+    with gap.lock:
+        if key not in gap.addons:
+            gap.addons[key] = default_addons(region, name)
+        items = gap.addons[key]
+    if not rest:
+        if call.method == "GET":
+            chunk, token = page(sorted(items), call.qs())
+            out = {"addons": chunk}
+            if token:
+                out["nextToken"] = token
+            return json_response(out)
+        if call.method == "POST":
+            body = call.json_body()
+            addon = body.get("addonName")
+            if not addon:
+                raise AwsError("InvalidParameterException", "addonName is required.")
+            with gap.lock:
+                if addon in items:
+                    raise AwsError("ResourceInUseException", f"Addon {addon} already exists.", 409)
+                now = time.time()
+                items[addon] = {
+                    "addonName": addon, "clusterName": name, "status": "ACTIVE",
+                    "addonVersion": body.get("addonVersion") or "v1.0.0-eksbuild.1",
+                    "health": {"issues": []},
+                    "addonArn": f"arn:aws:eks:{region}:{ACCOUNT}:addon/{name}/{addon}/{uuid.uuid4()}",
+                    "createdAt": now, "modifiedAt": now, "tags": body.get("tags") or {},
+                }
+                if body.get("serviceAccountRoleArn"):
+                    items[addon]["serviceAccountRoleArn"] = body["serviceAccountRoleArn"]
+            return json_response({"addon": items[addon]})
+        return None
+    addon = rest[0]
+    with gap.lock:
+        item = items.get(addon)
+    if item is None:
+        raise AwsError("ResourceNotFoundException", f"No addon: {addon} found in cluster: {name}", 404)
+    if len(rest) == 1 and call.method == "GET":
+        return json_response({"addon": item})
+    if len(rest) == 1 and call.method == "DELETE":
+        with gap.lock:
+            items.pop(addon, None)
+        gone = dict(item, status="DELETING")
+        return json_response({"addon": gone})
+    return None
+
+
+# ---- prices ------------------------------------------------------------------------------
+
+
+def sku_of(region, itype):
+    return hashlib.sha256(f"{region}/{itype}".encode()).hexdigest()[:16].upper()
+
+
+def instance_family_name(itype):
+    letters = re.match(r"[a-z]+", itype).group(0)
+    return {"c": "Compute optimized", "r": "Memory optimized", "x": "Memory optimized",
+            "z": "Memory optimized", "g": "GPU instance", "p": "GPU instance",
+            "i": "Storage optimized", "d": "Storage optimized", "h": "Storage optimized",
+            "inf": "Machine Learning ASIC Instances", "trn": "Machine Learning ASIC Instances",
+            }.get(letters, "General purpose")
+
+
+def fmt_gib(mib):
+    gib = mib / 1024
+    return (f"{gib:,.0f}" if gib == int(gib) else f"{gib:g}") + " GiB"
+
+
+def products(gap):
+    """Every product of the current price list, as (attributes, on-demand price, product doc)."""
+    with gap.lock:
+        prices = gap.prices
+    names = sorted({t for r in prices.values() for t in r})
+    info = gap.instance_type_info(names)
+    out = []
+    for region in sorted(prices):
+        for itype in sorted(prices[region]):
+            od = prices[region][itype].get("on_demand")
+            if od is None:
+                continue
+            it = info.get(itype) or {}
+            sku = sku_of(region, itype)
+            attrs = {
+                "servicecode": "AmazonEC2", "servicename": "Amazon Elastic Compute Cloud",
+                "location": LOCATIONS.get(region, region), "locationType": "AWS Region",
+                "regionCode": region, "instanceType": itype,
+                "instanceFamily": instance_family_name(itype), "currentGeneration": "Yes",
+                "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+                "capacitystatus": "Used", "licenseModel": "No License required",
+                "marketoption": "OnDemand", "operation": "RunInstances",
+                "usagetype": f"{USAGE_PREFIX.get(region, region.upper() + '-')}BoxUsage:{itype}",
+                "processorArchitecture": "64-bit", "storage": "EBS only",
+            }
+            if it:
+                attrs["vcpu"] = str(it["VCpuInfo"]["DefaultVCpus"])
+                attrs["memory"] = fmt_gib(it["MemoryInfo"]["SizeInMiB"])
+                archs = it.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+                attrs["physicalProcessor"] = ("AWS Graviton2 Processor" if "arm64" in archs
+                                              else "Intel Xeon Platinum 8175")
+                perf = it.get("NetworkInfo", {}).get("NetworkPerformance")
+                if perf:
+                    attrs["networkPerformance"] = perf
+                gpus = it.get("GpuInfo", {}).get("Gpus") or []
+                if gpus:
+                    attrs["gpu"] = str(sum(g.get("Count", 0) for g in gpus))
+            term = "JRTCKXETXF"
+            rate = f"{sku}.{term}.6YS6EN2CT7"
+            doc = {
+                "product": {"productFamily": "Compute Instance", "attributes": attrs, "sku": sku},
+                "serviceCode": "AmazonEC2",
+                "terms": {"OnDemand": {f"{sku}.{term}": {
+                    "priceDimensions": {rate: {
+                        "unit": "Hrs", "endRange": "Inf",
+                        "description": f"${od:g} per On Demand Linux {itype} Instance Hour",
+                        "appliesTo": [], "rateCode": rate, "beginRange": "0",
+                        "pricePerUnit": {"USD": f"{od:.10f}"},
+                    }},
+                    "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z",
+                    "offerTermCode": term, "termAttributes": {},
+                }}},
+                "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
+            }
+            out.append((attrs, doc))
+    return out
+
+
+def filter_matches(attrs, flt):
+    field, value = flt.get("Field"), flt.get("Value", "")
+    ftype = (flt.get("Type") or "TERM_MATCH").upper()
+    actual = attrs.get(field)
+    if field in ("ServiceCode", "serviceCode"):
+        actual = "AmazonEC2"
+    if actual is None:
+        return ftype == "NONE_OF"
+    if ftype in ("TERM_MATCH", "EQUALS"):
+        return actual.lower() == value.lower()
+    if ftype == "CONTAINS":
+        return value.lower() in actual.lower()
+    values = [v.strip().lower() for v in value.split(",")]
+    if ftype == "ANY_OF":
+        return actual.lower() in values
+    if ftype == "NONE_OF":
+        return actual.lower() not in values
+    raise AwsError("InvalidParameterException", f"Unsupported filter type {ftype}.")
+
+
+def handle_pricing(gap, call):
+    body = call.json_body()
+    if call.operation != "GetProducts":
+        raise AwsError("UnknownOperationException", f"{call.operation} is not supported here.")
+    if body.get("ServiceCode") != "AmazonEC2":
+        return json_response({"FormatVersion": "aws_v1", "PriceList": []},
+                             content_type="application/x-amz-json-1.1")
+    filters = body.get("Filters") or []
+    items = [doc for attrs, doc in products(gap) if all(filter_matches(attrs, f) for f in filters)]
+    limit = int(body.get("MaxResults") or 100)
+    if limit < 1 or limit > 100:
+        raise AwsError("InvalidParameterException", "MaxResults must be between 1 and 100.")
+    start = decode_token(body.get("NextToken"))
+    out = {"FormatVersion": "aws_v1",
+           "PriceList": [json.dumps(d) for d in items[start:start + limit]]}
+    if start + limit < len(items):
+        out["NextToken"] = encode_token(start + limit)
+    return json_response(out, content_type="application/x-amz-json-1.1")
+
+
+def handle_spot_price_history(gap, call):
+    p = call.params
+    types = set(as_list(p.get("InstanceType")))
+    descs = set(as_list(p.get("ProductDescription")))
+    zones = {p["AvailabilityZone"]} if p.get("AvailabilityZone") else set()
+    for flt in as_list(p.get("Filter")):
+        vals = set(as_list(flt.get("Value")))
+        name = flt.get("Name")
+        if name == "instance-type":
+            types = types & vals if types else vals
+        elif name == "availability-zone":
+            zones = zones & vals if zones else vals
+        elif name == "product-description":
+            descs = descs & vals if descs else vals
+    stamp = datetime.datetime.fromtimestamp(gap.prices_time, datetime.timezone.utc)
+    if descs and not any(d.startswith("Linux/UNIX") for d in descs):
+        items = []
+    else:
+        with gap.lock:
+            region_prices = gap.prices.get(call.region, {})
+            items = []
+            for itype in sorted(region_prices):
+                if types and itype not in types:
+                    continue
+                for zone, price in sorted((region_prices[itype].get("spot") or {}).items()):
+                    if zones and zone not in zones:
+                        continue
+                    items.append((itype, zone, price))
+    limit = int(p.get("MaxResults") or 1000)
+    if limit < 1 or limit > 1000:
+        raise AwsError("InvalidParameterValue", "MaxResults must be between 1 and 1000.")
+    start = decode_token(p.get("NextToken"))
+    chunk = items[start:start + limit]
+    token = encode_token(start + limit) if start + limit < len(items) else None
+    ts = stamp.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    xml = "<spotPriceHistorySet>" + "".join(
+        f"<item>{x('instanceType', t)}{x('productDescription', 'Linux/UNIX')}"
+        f"{x('spotPrice', f'{pr:.6f}')}{x('timestamp', ts)}{x('availabilityZone', z)}</item>"
+        for t, z, pr in chunk) + "</spotPriceHistorySet>" + x("nextToken", token)
+    return ec2_response("DescribeSpotPriceHistory", xml)
+
+
+# ---- SSM ---------------------------------------------------------------------------------
+
+
+def eks_ami_image(gap, region, arch):
+    key = (region, arch)
+    with gap.lock:
+        cached = gap.ami_cache.get(key)
+    if cached:
+        return cached
+    ec2 = gap.client("ec2", region)
+    imgs = ec2.describe_images(Filters=[
+        {"Name": "architecture", "Values": [arch]},
+        {"Name": "name", "Values": ["al2023-ami-2023.*"]},
+    ])["Images"]
+    imgs = [i for i in imgs if i.get("Architecture") == arch]
+    if not imgs:
+        imgs = [i for i in ec2.describe_images(
+            Filters=[{"Name": "architecture", "Values": [arch]}])["Images"]
+            if i.get("Architecture") == arch]
+    if not imgs:
+        raise AwsError("InternalServerError", f"moto has no {arch} image to stand for the EKS AMI", 500)
+    best = max(imgs, key=lambda i: (i.get("Name", ""), i["ImageId"]))
+    result = (best["ImageId"], best.get("Name", ""))
+    with gap.lock:
+        gap.ami_cache[key] = result
+    return result
+
+
+def eks_parameter(gap, region, name):
+    m = EKS_AMI_PARAM.match(name)
+    if not m:
+        return None
+    version, arch, variant, leaf = m.groups()
+    if variant == "neuron" and arch != "x86_64":
+        return None
+    image_id, _ = eks_ami_image(gap, region, arch)
+    release = f"{version}.0-20261101"
+    image_name = f"amazon-eks-node-al2023-{arch}-{variant}-{version}-v20261101"
+    if leaf == "/image_id":
+        value = image_id
+    elif leaf == "/image_name":
+        value = image_name
+    elif leaf == "/release_version":
+        value = release
+    else:
+        value = json.dumps({"image_id": image_id, "image_name": image_name,
+                            "release_version": release}, separators=(",", ":"))
+    return {
+        "Name": name, "Type": "String", "Value": value, "Version": 1,
+        "LastModifiedDate": gap.prices_time, "ARN": f"arn:aws:ssm:{region}::parameter{name}",
+        "DataType": "text",
+    }
+
+
+def handle_ssm(gap, call):
+    body = call.json_body()
+    ctype = "application/x-amz-json-1.1"
+    if call.operation == "GetParameter":
+        param = eks_parameter(gap, call.region, body.get("Name", ""))
+        if param is None:
+            if (body.get("Name") or "").startswith("/aws/service/eks/optimized-ami/"):
+                raise AwsError("ParameterNotFound", "")
+            return None
+        return json_response({"Parameter": param}, content_type=ctype)
+    names = body.get("Names") or []
+    ours, others, invalid = [], [], []
+    for n in names:
+        p = eks_parameter(gap, call.region, n)
+        if p is not None:
+            ours.append(p)
+        elif n.startswith("/aws/service/eks/optimized-ami/"):
+            invalid.append(n)
+        else:
+            others.append(n)
+    if not ours and not invalid:
+        return None
+    out = {"Parameters": ours, "InvalidParameters": invalid}
+    if others:
+        sub_body = dict(body, Names=others)
+        sub = Call(call.method, call.raw_target, call.headers, json.dumps(sub_body).encode(),
+                   call.region)
+        resp = gap.forward(sub)
+        if resp.status != 200:
+            return resp
+        moto_out = json.loads(resp.body)
+        out["Parameters"] += moto_out.get("Parameters", [])
+        out["InvalidParameters"] += moto_out.get("InvalidParameters", [])
+    return json_response(out, content_type=ctype)
+
+
+# ---- CreateFleet (instant) ---------------------------------------------------------------
+
+
+def resolve_launch_template(gap, region, spec):
+    ec2 = gap.client("ec2", region)
+    version = spec.get("Version") or "$Default"
+    kwargs = {"Versions": [version]}
+    if spec.get("LaunchTemplateId"):
+        kwargs["LaunchTemplateId"] = spec["LaunchTemplateId"]
+    elif spec.get("LaunchTemplateName"):
+        kwargs["LaunchTemplateName"] = spec["LaunchTemplateName"]
+    else:
+        raise AwsError("MissingParameter", "LaunchTemplateId or LaunchTemplateName is required.")
+    versions = ec2.describe_launch_template_versions(**kwargs)["LaunchTemplateVersions"]
+    if not versions:
+        raise AwsError("InvalidLaunchTemplateId.VersionNotFound",
+                       f"Could not find launch template version {version}.")
+    return versions[0]
+
+
+def tag_specs_for_instances(fleet_specs, lt_specs):
+    """RunInstances TagSpecifications: the launch template's, then the fleet's on top."""
+    merged = {}
+    for specs in (lt_specs, fleet_specs):
+        for spec in specs:
+            rtype = spec.get("ResourceType")
+            if rtype not in ("instance", "volume", "network-interface", "spot-instances-request"):
+                continue
+            tags = merged.setdefault(rtype, {})
+            for t in spec.get("Tags") or []:
+                tags[t["Key"]] = t.get("Value", "")
+    return [{"ResourceType": r, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+            for r, tags in merged.items() if tags]
+
+
+def run_args(lt_data, override, subnet_id, lifecycle, tag_specs):
+    args = {"MinCount": 1, "MaxCount": 1,
+            "ImageId": override.get("ImageId") or lt_data.get("ImageId"),
+            "InstanceType": override.get("InstanceType") or lt_data.get("InstanceType")}
+    nics = lt_data.get("NetworkInterfaces") or []
+    if nics:
+        nic = {k: v for k, v in nics[0].items()
+               if k in ("AssociatePublicIpAddress", "DeleteOnTermination", "Description",
+                        "DeviceIndex", "Groups", "InterfaceType", "NetworkCardIndex")}
+        nic.setdefault("DeviceIndex", 0)
+        if subnet_id or nics[0].get("SubnetId"):
+            nic["SubnetId"] = subnet_id or nics[0]["SubnetId"]
+        if not nic.get("Groups") and lt_data.get("SecurityGroupIds"):
+            nic["Groups"] = lt_data["SecurityGroupIds"]
+        args["NetworkInterfaces"] = [nic]
+    else:
+        if subnet_id:
+            args["SubnetId"] = subnet_id
+        if lt_data.get("SecurityGroupIds"):
+            args["SecurityGroupIds"] = lt_data["SecurityGroupIds"]
+        elif lt_data.get("SecurityGroups"):
+            args["SecurityGroups"] = lt_data["SecurityGroups"]
+    if not subnet_id and override.get("AvailabilityZone"):
+        args["Placement"] = {"AvailabilityZone": override["AvailabilityZone"]}
+    if lt_data.get("IamInstanceProfile"):
+        args["IamInstanceProfile"] = {k: v for k, v in lt_data["IamInstanceProfile"].items()
+                                      if k in ("Arn", "Name")}
+    if lt_data.get("MetadataOptions"):
+        args["MetadataOptions"] = {k: v for k, v in lt_data["MetadataOptions"].items()
+                                   if k in ("HttpTokens", "HttpPutResponseHopLimit", "HttpEndpoint",
+                                            "HttpProtocolIpv6", "InstanceMetadataTags")}
+    if lt_data.get("UserData"):
+        args["UserData"] = base64.b64decode(lt_data["UserData"])
+    if lt_data.get("BlockDeviceMappings"):
+        args["BlockDeviceMappings"] = lt_data["BlockDeviceMappings"]
+    if lt_data.get("KeyName"):
+        args["KeyName"] = lt_data["KeyName"]
+    if lt_data.get("Monitoring"):
+        args["Monitoring"] = {"Enabled": bool(lt_data["Monitoring"].get("Enabled"))}
+    if lifecycle == "spot":
+        spot = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+        if override.get("MaxPrice"):
+            spot["MaxPrice"] = override["MaxPrice"]
+        args["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+    if tag_specs:
+        args["TagSpecifications"] = tag_specs
+    return args
+
+
+def overrides_xml(cand):
+    spec = cand["lt_spec"]
+    ov = cand["override"]
+    lt = (x("launchTemplateId", cand["lt_id"]) if cand.get("lt_id")
+          else x("launchTemplateName", spec.get("LaunchTemplateName")))
+    lt += x("version", spec.get("Version") or "$Default")
+    o = (x("instanceType", cand["instance_type"]) + x("maxPrice", ov.get("MaxPrice"))
+         + x("subnetId", ov.get("SubnetId")) + x("availabilityZone", cand["zone"])
+         + x("weightedCapacity", ov.get("WeightedCapacity")) + x("priority", ov.get("Priority"))
+         + x("imageId", ov.get("ImageId")))
+    return (f"<launchTemplateAndOverrides><launchTemplateSpecification>{lt}"
+            f"</launchTemplateSpecification><overrides>{o}</overrides></launchTemplateAndOverrides>")
+
+
+def handle_create_fleet(gap, call):
+    p = call.params
+    if (p.get("Type") or "maintain") != "instant":
+        return None
+    region = call.region
+    if str(p.get("DryRun", "")).lower() == "true":
+        raise AwsError("DryRunOperation", "Request would have succeeded, but DryRun flag is set.", 412)
+    tcs = p.get("TargetCapacitySpecification") or {}
+    try:
+        total = int(tcs.get("TotalTargetCapacity"))
+    except (TypeError, ValueError):
+        raise AwsError("MissingParameter",
+                       "The request must contain the parameter TargetCapacitySpecification.TotalTargetCapacity")
+    default_type = tcs.get("DefaultTargetCapacityType") or "on-demand"
+    if default_type not in ("spot", "on-demand"):
+        raise AwsError("InvalidParameterValue",
+                       f"DefaultTargetCapacityType {default_type} is not supported by the test environment.")
+    want = {"on-demand": int(tcs.get("OnDemandTargetCapacity") or 0),
+            "spot": int(tcs.get("SpotTargetCapacity") or 0)}
+    want[default_type] += max(0, total - want["on-demand"] - want["spot"])
+    fleet_tags = []
+    for spec in as_list(p.get("TagSpecification")) + as_list(p.get("TagSpecifications")):
+        fleet_tags.append({"ResourceType": spec.get("ResourceType"),
+                           "Tags": as_list(spec.get("Tag")) + as_list(spec.get("Tags"))})
+    configs = as_list(p.get("LaunchTemplateConfigs"))
+    if not configs:
+        raise AwsError("MissingParameter", "The request must contain the parameter LaunchTemplateConfigs")
+
+    ec2 = gap.client("ec2", region)
+    errors = []  # (candidate, lifecycle, code, message)
+    candidates = []
+    for ci, cfg in enumerate(configs):
+        spec = cfg.get("LaunchTemplateSpecification") or {}
+        overrides = as_list(cfg.get("Overrides")) or [{}]
+        try:
+            ltv = resolve_launch_template(gap, region, spec)
+            lt_err = None
+        except botocore.exceptions.ClientError as e:
+            ltv, lt_err = None, (e.response["Error"]["Code"], e.response["Error"]["Message"])
+        except AwsError as e:
+            ltv, lt_err = None, (e.code, e.message)
+        for oi, ov in enumerate(overrides):
+            data = (ltv or {}).get("LaunchTemplateData", {})
+            cand = {"index": (ci, oi), "lt_spec": spec, "override": ov,
+                    "lt_id": (ltv or {}).get("LaunchTemplateId") or spec.get("LaunchTemplateId"),
+                    "lt_data": data,
+                    "instance_type": ov.get("InstanceType") or data.get("InstanceType"),
+                    "subnet": ov.get("SubnetId") or
+                    ((data.get("NetworkInterfaces") or [{}])[0].get("SubnetId")),
+                    "zone": ov.get("AvailabilityZone")}
+            if lt_err:
+                for lifecycle in (lc for lc in want if want[lc]):
+                    errors.append((cand, lifecycle) + lt_err)
+                continue
+            candidates.append(cand)
+    subnet_ids = sorted({c["subnet"] for c in candidates if c["subnet"]})
+    subnet_zone = {}
+    for sid in subnet_ids:
+        try:
+            for s in ec2.describe_subnets(SubnetIds=[sid])["Subnets"]:
+                subnet_zone[s["SubnetId"]] = s["AvailabilityZone"]
+        except botocore.exceptions.ClientError:
+            pass
+    with gap.lock:
+        prices = gap.prices.get(region, {})
+    for c in candidates:
+        if c["subnet"] and not c["zone"]:
+            c["zone"] = subnet_zone.get(c["subnet"])
+        if not c["zone"]:
+            c["zone"] = ((c["lt_data"].get("Placement") or {}).get("AvailabilityZone"))
+        entry = prices.get(c["instance_type"]) or {}
+        spot = entry.get("spot") or {}
+        c["price"] = {"on-demand": entry.get("on_demand"),
+                      "spot": spot.get(c["zone"]) if c["zone"] else (min(spot.values()) if spot else None)}
+    type_info = gap.instance_type_info(sorted({c["instance_type"] for c in candidates if c["instance_type"]}))
+
+    launched = {}  # (override index, lifecycle) -> (candidate, lifecycle, [instance ids])
+    for lifecycle in ("on-demand", "spot"):
+        need = want[lifecycle]
+        if need <= 0:
+            continue
+        if lifecycle == "spot":
+            strategy = (p.get("SpotOptions") or {}).get("AllocationStrategy") or "lowest-price"
+        else:
+            strategy = (p.get("OnDemandOptions") or {}).get("AllocationStrategy") or "lowest-price"
+        inf = float("inf")
+
+        def price_of(c):
+            pr = c["price"][lifecycle]
+            return pr if pr is not None else inf
+
+        def prio(c):
+            try:
+                return float(c["override"].get("Priority"))
+            except (TypeError, ValueError):
+                return inf
+
+        if strategy in ("prioritized", "capacity-optimized-prioritized"):
+            order = sorted(candidates, key=lambda c: (prio(c), price_of(c), c["index"]))
+        else:
+            order = sorted(candidates, key=lambda c: (price_of(c), c["index"]))
+        usable = []
+        for c in order:
+            ov = c["override"]
+            if lifecycle == "spot" and ov.get("MaxPrice") and c["price"]["spot"] is not None \
+                    and float(ov["MaxPrice"]) < c["price"]["spot"]:
+                errors.append((c, lifecycle, "SpotMaxPriceTooLow",
+                               f"Your Spot request price of {ov['MaxPrice']} is lower than the minimum "
+                               f"required Spot request fulfillment price of {c['price']['spot']:.6f}."))
+                continue
+            usable.append(c)
+        per_pool = strategy == "diversified"
+        pools = list(usable)
+        while need > 0 and pools:
+            progressed = False
+            for c in list(pools):
+                if need <= 0:
+                    break
+                if gap.ice_hit(c["instance_type"], c["zone"], lifecycle):
+                    errors.append((c, lifecycle, "InsufficientInstanceCapacity",
+                                   f"We currently do not have sufficient {c['instance_type']} capacity "
+                                   f"in the Availability Zone you requested ({c['zone']}). Our system will "
+                                   f"be working on provisioning additional capacity. You can currently get "
+                                   f"{c['instance_type']} capacity by not specifying an Availability Zone "
+                                   f"in your request or choosing other Availability Zones."))
+                    pools.remove(c)
+                    continue
+                err = arch_mismatch(gap, region, c, type_info)
+                if err:
+                    errors.append((c, lifecycle) + err)
+                    pools.remove(c)
+                    continue
+                args = run_args(c["lt_data"], c["override"], c["subnet"], lifecycle,
+                                tag_specs_for_instances(fleet_tags, c["lt_data"].get("TagSpecifications") or []))
+                launch_count = 1 if per_pool else need
+                ids = []
+                failed = None
+                for _ in range(launch_count):
+                    try:
+                        r = ec2.run_instances(**args)
+                        ids.append(r["Instances"][0]["InstanceId"])
+                    except botocore.exceptions.ClientError as e:
+                        failed = (e.response["Error"]["Code"], e.response["Error"]["Message"])
+                        break
+                if ids:
+                    launched.setdefault((c["index"], lifecycle), (c, lifecycle, []))[2].extend(ids)
+                    need -= len(ids)
+                    progressed = True
+                if failed:
+                    errors.append((c, lifecycle) + failed)
+                    pools.remove(c)
+            if not progressed:
+                break
+        if need > 0 and not any(e[1] == lifecycle for e in errors) and not usable:
+            errors.append(({"lt_spec": {}, "override": {}, "instance_type": None, "zone": None,
+                            "lt_id": None}, lifecycle, "UnfulfillableCapacity",
+                           "There is no Spot capacity available that matches your request."
+                           if lifecycle == "spot" else "No capacity matches the request."))
+
+    fleet_id = f"fleet-{uuid.uuid4()}"
+    err_xml = "".join(
+        f"<item>{overrides_xml(c)}{x('lifecycle', lc)}{x('errorCode', code)}{x('errorMessage', msg)}</item>"
+        for c, lc, code, msg in errors)
+    inst_xml = "".join(
+        f"<item>{overrides_xml(c)}{x('lifecycle', lc)}<instanceIds>"
+        + "".join(x("item", i) for i in ids)
+        + f"</instanceIds>{x('instanceType', c['instance_type'])}</item>"
+        for c, lc, ids in launched.values())
+    log(f"CreateFleet {fleet_id}: launched "
+        + (", ".join(f"{c['instance_type']}/{c['zone']}/{lc}x{len(ids)}" for c, lc, ids in launched.values()) or "nothing")
+        + ("; errors " + ", ".join(f"{c['instance_type']}/{c['zone']}/{lc}:{code}"
+                                    for c, lc, code, _ in errors) if errors else ""))
+    return ec2_response("CreateFleet", f"<fleetId>{fleet_id}</fleetId><errorSet>{err_xml}</errorSet>"
+                                       f"<fleetInstanceSet>{inst_xml}</fleetInstanceSet>")
+
+
+def arch_mismatch(gap, region, cand, type_info):
+    image = cand["override"].get("ImageId") or cand["lt_data"].get("ImageId")
+    info = type_info.get(cand["instance_type"])
+    if not image or not info:
+        return None
+    arch = gap.image_architecture(region, image)
+    supported = info.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+    if arch and supported and arch not in supported:
+        return ("InvalidParameterValue",
+                f"The architecture '{supported[0]}' of the specified instance type does not match "
+                f"the architecture '{arch}' of the specified AMI. Specify an instance type and an "
+                f"AMI that have matching architectures, and try again.")
+    return None
+
+
+# ---- dispatch ----------------------------------------------------------------------------
+
+
+def route(gap, call):
+    if call.service == "eks" and call.protocol == "rest-json":
+        return handle_eks(gap, call)
+    if call.target and call.target.startswith("AWSPriceListService."):
+        return handle_pricing(gap, call)
+    if call.target in ("AmazonSSM.GetParameter", "AmazonSSM.GetParameters"):
+        return handle_ssm(gap, call)
+    if call.protocol == "ec2":
+        if call.operation == "DescribeSpotPriceHistory":
+            return handle_spot_price_history(gap, call)
+        if call.operation == "CreateFleet":
+            return handle_create_fleet(gap, call)
+    return None
+
+
+def handle_control(gap, method, path, body):
+    """The /_gap/ API. Returns (status, JSON-able)."""
+    def parse():
+        if not body:
+            return {}
+        return json.loads(body)
+
+    if path == "/_gap/health" and method == "GET":
+        return 200, {"ok": True}
+    if path == "/_gap/calls":
+        if method == "GET":
+            with gap.lock:
+                return 200, list(gap.calls)
+        if method == "DELETE":
+            with gap.lock:
+                gap.calls = []
+            return 200, {"cleared": True}
+    if path == "/_gap/faults":
+        if method == "GET":
+            return 200, gap.faults_view()
+        if method == "POST":
+            spec = parse()
+            if not isinstance(spec, dict):
+                return 400, {"error": "body must be a JSON object"}
+            unknown = set(spec) - {"throttle", "server_error", "error5xx", "latency_ms", "latency",
+                                   "ice", "fail_nth_mutating"}
+            if unknown:
+                return 400, {"error": f"unknown fault kinds: {sorted(unknown)}"}
+            try:
+                gap.add_faults(spec)
+            except (ValueError, KeyError, TypeError) as e:
+                return 400, {"error": str(e)}
+            return 200, gap.faults_view()
+        if method == "DELETE":
+            gap.clear_faults()
+            return 200, gap.faults_view()
+    if path == "/_gap/prices":
+        if method == "GET":
+            with gap.lock:
+                return 200, gap.prices
+        if method == "PUT":
+            prices = parse()
+            try:
+                for region, types in prices.items():
+                    for itype, entry in types.items():
+                        float(entry["on_demand"])
+                        for z, v in (entry.get("spot") or {}).items():
+                            float(v)
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
+                return 400, {"error": f"prices must be {{region: {{type: {{on_demand, spot: {{zone: price}}}}}}}}: {e}"}
+            with gap.lock:
+                gap.prices = prices
+                gap.prices_time = time.time()
+            return 200, {"regions": sorted(prices)}
+    if path == "/_gap/reset" and method == "POST":
+        gap.begin_reset()
+        try:
+            gap.reset_state()
+            conn = http.client.HTTPConnection(gap.moto.hostname, gap.moto.port, timeout=60)
+            try:
+                conn.request("POST", "/moto-api/reset")
+                resp = conn.getresponse()
+                resp.read()
+                status = resp.status
+            finally:
+                conn.close()
+        finally:
+            gap.end_reset()
+        return (200 if status == 200 else 502), {"reset": True, "moto_status": status}
+    if path == "/_gap/state" and method == "GET":
+        with gap.lock:
+            return 200, {
+                "access_entries": {f"{r}/{c}": sorted(v) for (r, c), v in gap.access_entries.items()},
+                "pod_identity_associations": {f"{r}/{c}": list(v.values())
+                                              for (r, c), v in gap.associations.items()},
+                "addons": {f"{r}/{c}": sorted(v) for (r, c), v in gap.addons.items()},
+            }
+    return 404, {"error": f"no such control endpoint: {method} {path}"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "jointer-gap/1"
+    gap = None  # set in main
+
+    def log_message(self, fmt, *args):  # the default logs every request to stderr
+        pass
+
+    def read_body(self):
+        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def setup(self):
+        super().setup()
+        # Small request/response pairs on a kept-alive connection: without this, Nagle's
+        # algorithm and delayed ACKs add ~40 ms to every call.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, resp):
+        reason = http.client.responses.get(resp.status, "")
+        head = [f"HTTP/1.1 {resp.status} {reason}"]
+        names = {k.lower() for k, _ in resp.headers}
+        head += [f"{k}: {v}" for k, v in resp.headers]
+        if "date" not in names:
+            head.append(f"Date: {self.date_time_string()}")
+        head.append(f"Content-Length: {len(resp.body)}")
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+        # One write for head and body, for the same reason as TCP_NODELAY.
+        self.wfile.write(data + (resp.body if self.command != "HEAD" else b""))
+
+    def handle_any(self):
+        body = self.read_body()
+        gap = self.gap
+        path = urlsplit(self.path).path
+        if path.startswith("/_gap/"):
+            try:
+                status, obj = handle_control(gap, self.command, path, body)
+            except ValueError as e:
+                status, obj = 400, {"error": f"invalid JSON: {e}"}
+            self.send(json_response(obj, status))
+            return
+        if path.startswith("/moto-api"):
+            call = Call(self.command, self.path, list(self.headers.items()), body, gap.args.region)
+            if path == "/moto-api/reset":
+                gap.begin_reset()
+                try:
+                    resp = gap.forward(call)
+                finally:
+                    gap.end_reset()
+            else:
+                resp = gap.forward(call)
+            self.send(resp)
+            return
+        gap.wait_not_resetting()
+        started = time.time()
+        call = Call(self.command, self.path, list(self.headers.items()), body, gap.args.region)
+        fault, resp = gap.apply_faults(call)
+        if resp is None:
+            try:
+                resp = route(gap, call)
+                if resp is None:
+                    resp = gap.forward(call)
+            except AwsError as e:
+                resp = error_response(call, e.code, e.message, e.status)
+            except botocore.exceptions.ClientError as e:
+                err = e.response.get("Error", {})
+                resp = error_response(call, err.get("Code", "InternalError"), err.get("Message", ""),
+                                      e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500))
+            except Exception as e:  # a bug here must show up as an AWS 500, and in the log
+                import traceback
+                traceback.print_exc()
+                code, _ = server_error_code(call)
+                resp = error_response(call, code, f"gap layer error: {e}", 500)
+        ms = (time.time() - started) * 1000
+        gap.record(call, resp.status, ms, fault, started)
+        log(f"{call.service} {call.operation} {resp.status} {ms:.0f}ms" + (f" [{fault}]" if fault else ""))
+        self.send(resp)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = handle_any
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=int(os.environ.get("JOINTER_GAP_PORT", "25001")))
+    ap.add_argument("--moto-url", required=True)
+    ap.add_argument("--apiserver-url", required=True)
+    ap.add_argument("--ca-file", required=True)
+    ap.add_argument("--world-file", default=None)
+    ap.add_argument("--region", default="us-east-1")
+    ap.add_argument("--prices", default=os.path.join(here, "prices.json"))
+    args = ap.parse_args()
+    for url in (args.moto_url,):
+        if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+            sys.exit(f"gap.py: {url} is not a loopback address")
+    Handler.gap = Gap(args)
+    server = Server(("127.0.0.1", args.port), Handler)
+    log(f"gap layer on http://127.0.0.1:{args.port} in front of {args.moto_url}")
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,810 @@
+"""Smoke tests of the gap layer and the node-join simulator against a running test
+environment (tests/env/up.sh). They reset the AWS world (world.sh) first and last.
+
+    "$JOINTER_TESTENV_PYTHON" tests/env/gap/test_gap.py [NAME-SUBSTRING...]
+
+Plain asserts; prints one line per test and a final `N passed, M failed`; exits non-zero
+when a test failed.
+"""
+
+import base64
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from urllib.parse import urlsplit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV_DIR = os.path.dirname(HERE)
+RUN_DIR = os.path.join(ENV_DIR, ".run")
+
+
+def load_env():
+    """The variables of .run/env, as a shell sourcing it would see them."""
+    path = os.path.join(RUN_DIR, "env")
+    if not os.path.exists(path):
+        sys.exit(f"the test environment is not up ({path} missing): run tests/env/up.sh")
+    out = subprocess.run(["bash", "-c", f"set -a; source {path}; env -0"], check=True,
+                         capture_output=True).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+os.environ.update(load_env())
+import boto3  # noqa: E402  (after the environment: no real credentials can leak in)
+import botocore.config  # noqa: E402
+import botocore.exceptions  # noqa: E402
+
+GAP = os.environ["JOINTER_GAP_URL"]
+MOTO = os.environ["MOTO_URL"]
+CLUSTER = os.environ["JOINTER_TEST_CLUSTER"]
+REGION = os.environ["AWS_REGION"]
+for url in (GAP, MOTO):
+    assert urlsplit(url).hostname == "127.0.0.1", url
+MIME_TEMPLATE = """MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="//"
+
+--//
+Content-Type: application/node.eks.aws
+
+{nodeconfig}
+--//--
+"""
+FIGURES = {}
+
+
+def client(service, region=REGION, attempts=1):
+    return boto3.session.Session().client(
+        service, region_name=region, endpoint_url=GAP,
+        config=botocore.config.Config(retries={"total_max_attempts": attempts, "mode": "standard"}))
+
+
+def control(method, path, body=None):
+    u = urlsplit(GAP)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data,
+                     headers={"Content-Type": "application/json"} if data else {})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+    finally:
+        conn.close()
+
+
+def expect_error(code, status, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except botocore.exceptions.ClientError as e:
+        got = e.response["Error"]["Code"]
+        got_status = e.response["ResponseMetadata"]["HTTPStatusCode"]
+        assert got == code, f"expected {code}, got {got}: {e}"
+        assert status is None or got_status == status, f"expected HTTP {status}, got {got_status}"
+        return e
+    raise AssertionError(f"expected {code}, the call succeeded")
+
+
+def kubectl(*args, stdin=None, check=True):
+    r = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+    return r
+
+
+def world():
+    subprocess.run([os.path.join(ENV_DIR, "world.sh")], check=True, capture_output=True)
+    with open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def wait_for(what, timeout, fn, interval=0.2):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def node_role(iam):
+    name = unique("KarpenterNodeRole")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                     "Principal": {"Service": "ec2.amazonaws.com"}}]}
+    arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"]
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+    return name, arn, profile
+
+
+def user_data(cluster_doc, labels="", taints="", max_pods=None, endpoint=None):
+    flags = []
+    if labels:
+        flags.append(f"--node-labels={labels}")
+    if taints:
+        flags.append(f"--register-with-taints={taints}")
+    config = {"clusterDNS": ["10.96.0.10"]}
+    if max_pods:
+        config["maxPods"] = max_pods
+    nodeconfig = "\n".join([
+        "apiVersion: node.eks.aws/v1alpha1",
+        "kind: NodeConfig",
+        "spec:",
+        "  cluster:",
+        f"    name: {cluster_doc['name']}",
+        f"    apiServerEndpoint: {endpoint or cluster_doc['endpoint']}",
+        f"    certificateAuthority: {cluster_doc['certificateAuthority']['data']}",
+        f"    cidr: {cluster_doc['kubernetesNetworkConfig']['serviceIpv4Cidr']}",
+        "  kubelet:",
+        f"    config: {json.dumps(config)}",
+        f"    flags: {json.dumps(flags)}",
+    ])
+    return MIME_TEMPLATE.format(nodeconfig=nodeconfig)
+
+
+def launch_template(ec2, image, sgs, profile_arn, data, name=None):
+    return ec2.create_launch_template(
+        LaunchTemplateName=name or unique("jointer-test"),
+        LaunchTemplateData={
+            "ImageId": image, "SecurityGroupIds": sgs,
+            "IamInstanceProfile": {"Arn": profile_arn},
+            "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1,
+                                "HttpEndpoint": "enabled"},
+            "UserData": base64.b64encode(data.encode()).decode(),
+        })["LaunchTemplate"]["LaunchTemplateId"]
+
+
+def fleet(ec2, lt_id, overrides, capacity_type="on-demand", total=1, tags=None, od_strategy=None):
+    kwargs = dict(
+        Type="instant",
+        LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {"LaunchTemplateId": lt_id,
+                                                                "Version": "$Latest"},
+                                "Overrides": overrides}],
+        TargetCapacitySpecification={"TotalTargetCapacity": total,
+                                     "DefaultTargetCapacityType": capacity_type},
+        SpotOptions={"AllocationStrategy": "price-capacity-optimized"},
+        OnDemandOptions={"AllocationStrategy": od_strategy or "lowest-price"},
+    )
+    if tags:
+        kwargs["TagSpecifications"] = [{"ResourceType": rt, "Tags": [{"Key": k, "Value": v}
+                                                                     for k, v in tags.items()]}
+                                       for rt in ("instance", "volume", "fleet")]
+    return ec2.create_fleet(**kwargs)
+
+
+def amis(ssm):
+    base = "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/{}/standard/recommended/image_id"
+    return {arch: ssm.get_parameter(Name=base.format(arch))["Parameter"]["Value"]
+            for arch in ("x86_64", "arm64")}
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+# ---- tests -------------------------------------------------------------------------------
+
+
+@test
+def passthrough_and_call_log():
+    assert control("GET", "/_gap/health") == (200, {"ok": True})
+    assert control("DELETE", "/_gap/calls")[0] == 200
+    client("sts").get_caller_identity()
+    client("ec2").describe_vpcs()
+    iam = client("iam")
+    role = unique("calllog")
+    trust = json.dumps({"Version": "2012-10-17", "Statement": []})
+    iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust)
+    status, calls = control("GET", "/_gap/calls")
+    assert status == 200
+    got = [(c["service"], c["operation"], c["mutating"], c["status"]) for c in calls]
+    assert got == [("sts", "GetCallerIdentity", False, 200), ("ec2", "DescribeVpcs", False, 200),
+                   ("iam", "CreateRole", True, 200)], got
+    assert all(isinstance(c["ms"], (int, float)) and c["ms"] >= 0 and c["fault"] is None for c in calls)
+    # Forwarded unchanged: moto's own answer comes back.
+    assert iam.get_role(RoleName=role)["Role"]["RoleName"] == role
+    assert control("DELETE", "/_gap/calls")[0] == 200
+    assert control("GET", "/_gap/calls") == (200, [])
+
+
+@test
+def passthrough_json_protocol_and_long_polling():
+    sqs, events = client("sqs"), client("events")
+    name = unique("interruption")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    # moto builds queue URLs from the Host header: they name the gap layer, not moto.
+    assert urlsplit(url).port == urlsplit(GAP).port, url
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name=name, EventPattern=json.dumps({"source": ["aws.ec2"]}))
+    events.put_targets(Rule=name, Targets=[{"Id": "q", "Arn": arn}])
+    t = time.time()
+    empty = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)
+    assert not empty.get("Messages") and time.time() - t >= 0.9
+    events.put_events(Entries=[{"Source": "aws.ec2", "DetailType": "EC2 Spot Instance Interruption Warning",
+                                "Detail": json.dumps({"instance-id": "i-0123456789abcdef0"})}])
+    msgs = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+    assert "i-0123456789abcdef0" in msgs[0]["Body"]
+    _, calls = control("GET", "/_gap/calls")
+    ops = {(c["service"], c["operation"]): c["mutating"] for c in calls}
+    assert ops[("sqs", "ReceiveMessage")] is False and ops[("events", "PutEvents")] is True, ops
+    sqs.delete_queue(QueueUrl=url)
+
+
+@test
+def describe_cluster_points_at_the_local_cluster():
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    eks = client("eks")
+    c = eks.describe_cluster(name=CLUSTER)["cluster"]
+    ca = open(os.path.join(RUN_DIR, "pki", "ca.crt"), "rb").read()
+    assert c["endpoint"].startswith("https://127.0.0.1:"), c["endpoint"]
+    assert base64.b64decode(c["certificateAuthority"]["data"]) == ca
+    assert c["resourcesVpcConfig"]["clusterSecurityGroupId"] == w["securityGroups"]["cluster"]
+    assert c["resourcesVpcConfig"]["vpcId"] == w["vpc"]["id"]
+    assert c["accessConfig"]["authenticationMode"] == "API_AND_CONFIG_MAP"
+    assert c["version"] == "1.34"
+    assert c["identity"]["oidc"]["issuer"] == w["cluster"]["oidcIssuer"]
+    assert c["kubernetesNetworkConfig"]["serviceIpv4Cidr"] == "10.96.0.0/16"
+    assert CLUSTER in eks.list_clusters()["clusters"]
+    expect_error("ResourceNotFoundException", 404, eks.describe_cluster, name="no-such-cluster")
+
+
+@test
+def access_entries():
+    eks, iam = client("eks"), client("iam")
+    _, role_arn, _ = node_role(iam)
+    admin = unique("admin")
+    admin_arn = iam.create_role(RoleName=admin, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    e = eks.create_access_entry(clusterName=CLUSTER, principalArn=role_arn, type="EC2_LINUX")["accessEntry"]
+    assert e["type"] == "EC2_LINUX" and e["principalArn"] == role_arn
+    assert e["username"] == "system:node:{{EC2PrivateDNSName}}"
+    assert e["kubernetesGroups"] == ["system:nodes"]
+    assert e["accessEntryArn"].startswith(f"arn:aws:eks:{REGION}:123456789012:access-entry/{CLUSTER}/role/")
+    err = expect_error("ResourceInUseException", 409, eks.create_access_entry,
+                       clusterName=CLUSTER, principalArn=role_arn, type="EC2_LINUX")
+    assert err.response["Error"]["Message"]
+    assert eks.describe_access_entry(clusterName=CLUSTER, principalArn=role_arn)["accessEntry"] == e
+    s = eks.create_access_entry(clusterName=CLUSTER, principalArn=admin_arn,
+                                kubernetesGroups=["jointer-admins"])["accessEntry"]
+    assert s["type"] == "STANDARD" and s["kubernetesGroups"] == ["jointer-admins"]
+    assert s["username"] == f"arn:aws:sts::123456789012:assumed-role/{admin}/{{{{SessionName}}}}"
+    expect_error("InvalidParameterException", 400, eks.create_access_entry, clusterName=CLUSTER,
+                 principalArn=iam.create_role(RoleName=unique("r"), AssumeRolePolicyDocument="{}")["Role"]["Arn"],
+                 type="EC2_LINUX", kubernetesGroups=["system:masters"])
+    expect_error("InvalidParameterException", 400, eks.create_access_entry, clusterName=CLUSTER,
+                 principalArn="arn:aws:iam::123456789012:role/does-not-exist", type="EC2_LINUX")
+    expect_error("InvalidParameterException", 400, eks.create_access_entry, clusterName=CLUSTER,
+                 principalArn=admin_arn + "x", type="BOGUS")
+    expect_error("ResourceNotFoundException", 404, eks.create_access_entry, clusterName="no-such-cluster",
+                 principalArn=role_arn, type="EC2_LINUX")
+    expect_error("ResourceNotFoundException", 404, eks.list_access_entries, clusterName="no-such-cluster")
+    listed = eks.list_access_entries(clusterName=CLUSTER)["accessEntries"]
+    assert role_arn in listed and admin_arn in listed
+    paged, token = [], None
+    while True:
+        kw = {"nextToken": token} if token else {}
+        out = eks.list_access_entries(clusterName=CLUSTER, maxResults=1, **kw)
+        assert len(out["accessEntries"]) <= 1
+        paged += out["accessEntries"]
+        token = out.get("nextToken")
+        if not token:
+            break
+    assert sorted(paged) == sorted(listed)
+    policy = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+    a = eks.associate_access_policy(clusterName=CLUSTER, principalArn=admin_arn, policyArn=policy,
+                                    accessScope={"type": "cluster"})
+    assert a["associatedAccessPolicy"]["policyArn"] == policy
+    pols = eks.list_associated_access_policies(clusterName=CLUSTER, principalArn=admin_arn)
+    assert [p["policyArn"] for p in pols["associatedAccessPolicies"]] == [policy]
+    assert eks.list_access_entries(clusterName=CLUSTER, associatedPolicyArn=policy)["accessEntries"] == [admin_arn]
+    eks.disassociate_access_policy(clusterName=CLUSTER, principalArn=admin_arn, policyArn=policy)
+    eks.delete_access_entry(clusterName=CLUSTER, principalArn=role_arn)
+    expect_error("ResourceNotFoundException", 404, eks.describe_access_entry,
+                 clusterName=CLUSTER, principalArn=role_arn)
+    expect_error("ResourceNotFoundException", 404, eks.delete_access_entry,
+                 clusterName=CLUSTER, principalArn=role_arn)
+    eks.delete_access_entry(clusterName=CLUSTER, principalArn=admin_arn)
+
+
+@test
+def pod_identity_associations():
+    eks, iam = client("eks"), client("iam")
+    role = iam.create_role(RoleName=unique("KarpenterController"), AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    a = eks.create_pod_identity_association(clusterName=CLUSTER, namespace="kube-system",
+                                            serviceAccount="karpenter", roleArn=role)["association"]
+    aid = a["associationId"]
+    assert aid.startswith("a-") and a["roleArn"] == role and a["clusterName"] == CLUSTER
+    assert a["associationArn"].endswith(f"/{CLUSTER}/{aid}")
+    expect_error("ResourceInUseException", 409, eks.create_pod_identity_association, clusterName=CLUSTER,
+                 namespace="kube-system", serviceAccount="karpenter", roleArn=role)
+    listed = eks.list_pod_identity_associations(clusterName=CLUSTER, namespace="kube-system")["associations"]
+    assert [x["associationId"] for x in listed] == [aid] and listed[0]["serviceAccount"] == "karpenter"
+    assert eks.list_pod_identity_associations(clusterName=CLUSTER, namespace="other")["associations"] == []
+    got = eks.describe_pod_identity_association(clusterName=CLUSTER, associationId=aid)["association"]
+    assert got["roleArn"] == role
+    role2 = iam.create_role(RoleName=unique("Other"), AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    upd = eks.update_pod_identity_association(clusterName=CLUSTER, associationId=aid, roleArn=role2)
+    assert upd["association"]["roleArn"] == role2
+    deleted = eks.delete_pod_identity_association(clusterName=CLUSTER, associationId=aid)["association"]
+    assert deleted["associationId"] == aid
+    expect_error("ResourceNotFoundException", 404, eks.describe_pod_identity_association,
+                 clusterName=CLUSTER, associationId=aid)
+    expect_error("ResourceNotFoundException", 404, eks.list_pod_identity_associations,
+                 clusterName="no-such-cluster")
+
+
+@test
+def addons():
+    eks = client("eks")
+    assert eks.list_addons(clusterName=CLUSTER)["addons"] == ["eks-pod-identity-agent"]
+    a = eks.describe_addon(clusterName=CLUSTER, addonName="eks-pod-identity-agent")["addon"]
+    assert a["status"] == "ACTIVE" and a["addonVersion"]
+    expect_error("ResourceNotFoundException", 404, eks.describe_addon, clusterName=CLUSTER,
+                 addonName="vpc-cni")
+    eks.delete_addon(clusterName=CLUSTER, addonName="eks-pod-identity-agent")
+    assert eks.list_addons(clusterName=CLUSTER)["addons"] == []
+    eks.create_addon(clusterName=CLUSTER, addonName="eks-pod-identity-agent")
+    assert eks.describe_addon(clusterName=CLUSTER, addonName="eks-pod-identity-agent")["addon"]["status"] == "ACTIVE"
+    expect_error("ResourceNotFoundException", 404, eks.list_addons, clusterName="no-such-cluster")
+
+
+LINUX_FILTERS = [
+    {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
+    {"Type": "TERM_MATCH", "Field": "tenancy", "Value": "Shared"},
+    {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
+    {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
+]
+
+
+def on_demand_price(product):
+    (term,) = product["terms"]["OnDemand"].values()
+    (dim,) = term["priceDimensions"].values()
+    assert dim["unit"] == "Hrs"
+    return float(dim["pricePerUnit"]["USD"])
+
+
+@test
+def pricing_get_products():
+    pricing = client("pricing")
+    out = pricing.get_products(ServiceCode="AmazonEC2", Filters=LINUX_FILTERS + [
+        {"Type": "TERM_MATCH", "Field": "instanceType", "Value": "m5.large"},
+        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": "us-east-1"}])
+    assert out["FormatVersion"] == "aws_v1" and len(out["PriceList"]) == 1
+    assert isinstance(out["PriceList"][0], str)
+    p = json.loads(out["PriceList"][0])
+    attrs = p["product"]["attributes"]
+    assert attrs["instanceType"] == "m5.large" and attrs["regionCode"] == "us-east-1"
+    assert attrs["vcpu"] == "2" and attrs["memory"] == "8 GiB" and attrs["operatingSystem"] == "Linux"
+    assert on_demand_price(p) == 0.096
+    west = pricing.get_products(ServiceCode="AmazonEC2", Filters=LINUX_FILTERS + [
+        {"Type": "TERM_MATCH", "Field": "instanceType", "Value": "c6g.xlarge"},
+        {"Type": "TERM_MATCH", "Field": "location", "Value": "US West (Oregon)"}])["PriceList"]
+    assert [json.loads(x)["product"]["attributes"]["regionCode"] for x in west] == ["us-west-2"]
+    assert pricing.get_products(ServiceCode="AmazonEC2", Filters=[
+        {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Windows"}])["PriceList"] == []
+    _, prices = control("GET", "/_gap/prices")
+    seen, pages = [], 0
+    for page in pricing.get_paginator("get_products").paginate(
+            ServiceCode="AmazonEC2", PaginationConfig={"PageSize": 10},
+            Filters=LINUX_FILTERS + [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": "us-east-1"}]):
+        pages += 1
+        assert len(page["PriceList"]) <= 10
+        seen += [json.loads(x)["product"]["attributes"]["instanceType"] for x in page["PriceList"]]
+    assert sorted(seen) == sorted(prices["us-east-1"]) and len(set(seen)) == len(seen)
+    assert pages == -(-len(seen) // 10), pages
+    # Prices can be changed at runtime, and PUT replaces the whole list.
+    changed = json.loads(json.dumps(prices))
+    changed["us-east-1"]["m5.large"]["on_demand"] = 0.5
+    assert control("PUT", "/_gap/prices", changed)[0] == 200
+    try:
+        out = pricing.get_products(ServiceCode="AmazonEC2", Filters=[
+            {"Type": "TERM_MATCH", "Field": "instanceType", "Value": "m5.large"},
+            {"Type": "TERM_MATCH", "Field": "regionCode", "Value": "us-east-1"}])
+        assert on_demand_price(json.loads(out["PriceList"][0])) == 0.5
+    finally:
+        assert control("PUT", "/_gap/prices", prices)[0] == 200
+    assert control("PUT", "/_gap/prices", {"us-east-1": {"m5.large": {}}})[0] == 400
+
+
+@test
+def spot_price_history():
+    ec2 = client("ec2")
+    _, prices = control("GET", "/_gap/prices")
+    out = ec2.describe_spot_price_history(InstanceTypes=["m5.large"], ProductDescriptions=["Linux/UNIX"],
+                                          AvailabilityZone="us-east-1b",
+                                          StartTime=time.time())["SpotPriceHistory"]
+    assert len(out) == 1, out
+    assert float(out[0]["SpotPrice"]) == prices["us-east-1"]["m5.large"]["spot"]["us-east-1b"]
+    assert out[0]["AvailabilityZone"] == "us-east-1b" and out[0]["ProductDescription"] == "Linux/UNIX"
+    age = time.time() - out[0]["Timestamp"].timestamp()
+    assert 0 <= age < 86400, age
+    zones = ec2.describe_spot_price_history(InstanceTypes=["m5.large"],
+                                            ProductDescriptions=["Linux/UNIX"])["SpotPriceHistory"]
+    assert sorted(z["AvailabilityZone"] for z in zones) == sorted(prices["us-east-1"]["m5.large"]["spot"])
+    by_filter = ec2.describe_spot_price_history(Filters=[
+        {"Name": "instance-type", "Values": ["c5.large", "r5.large"]},
+        {"Name": "availability-zone", "Values": ["us-east-1a"]}])["SpotPriceHistory"]
+    assert sorted(i["InstanceType"] for i in by_filter) == ["c5.large", "r5.large"]
+    items, pages = [], 0
+    for page in ec2.get_paginator("describe_spot_price_history").paginate(
+            ProductDescriptions=["Linux/UNIX"], PaginationConfig={"PageSize": 50}):
+        pages += 1
+        items += [(i["InstanceType"], i["AvailabilityZone"]) for i in page["SpotPriceHistory"]]
+    expected = sorted((t, z) for t, e in prices["us-east-1"].items() for z in e["spot"])
+    assert sorted(items) == expected and pages == -(-len(expected) // 50), (len(items), pages)
+    assert ec2.describe_spot_price_history(ProductDescriptions=["Windows"])["SpotPriceHistory"] == []
+    west = client("ec2", region="us-west-2").describe_spot_price_history(
+        InstanceTypes=["g5.xlarge"])["SpotPriceHistory"]
+    assert sorted(i["AvailabilityZone"] for i in west) == ["us-west-2a", "us-west-2b", "us-west-2c"]
+
+
+@test
+def ssm_eks_ami_parameters():
+    ssm, ec2 = client("ssm"), client("ec2")
+    ids = amis(ssm)
+    for arch, image in ids.items():
+        imgs = ec2.describe_images(ImageIds=[image])["Images"]
+        assert len(imgs) == 1 and imgs[0]["Architecture"] == arch, (arch, imgs)
+    ssm.put_parameter(Name="/jointer-test/param", Value="v", Type="String")
+    x86 = "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/recommended/image_id"
+    bad = "/aws/service/eks/optimized-ami/1.99/amazon-linux-2023/x86_64/standard/recommended/image_id"
+    out = ssm.get_parameters(Names=[x86, "/jointer-test/param", bad, "/nope"])
+    assert sorted(p["Name"] for p in out["Parameters"]) == sorted([x86, "/jointer-test/param"])
+    assert sorted(out["InvalidParameters"]) == sorted([bad, "/nope"])
+    expect_error("ParameterNotFound", 400, ssm.get_parameter, Name=bad)
+    assert ssm.get_parameter(Name="/jointer-test/param")["Parameter"]["Value"] == "v"
+    rel = ssm.get_parameter(Name=x86.replace("/image_id", "/release_version"))["Parameter"]["Value"]
+    assert rel.startswith("1.34")
+
+
+def fleet_setup(ec2, iam, ssm, w, user_data_text="#!/bin/bash\necho not a node\n"):
+    _, _, profile = node_role(iam)
+    # moto attaches the profile by ARN once IAM can see it; give the new profile its moment.
+    ids = amis(ssm)
+    lt = launch_template(ec2, ids["x86_64"], [w["securityGroups"]["node"]], profile, user_data_text)
+    return lt, profile, ids
+
+
+@test
+def create_fleet_picks_the_cheapest_and_applies_the_launch_template():
+    ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    sub = w["subnets"]["private"]
+    _, prices = control("GET", "/_gap/prices")
+    lt, profile, ids = fleet_setup(ec2, iam, ssm, w)
+    overrides = [
+        {"InstanceType": "m5.large", "SubnetId": sub["us-east-1a"]},   # on-demand 0.096
+        {"InstanceType": "c5.large", "SubnetId": sub["us-east-1b"]},   # on-demand 0.085
+        {"InstanceType": "m5.xlarge", "SubnetId": sub["us-east-1c"]},  # on-demand 0.192
+    ]
+    launched = []
+    try:
+        out = fleet(ec2, lt, overrides, tags={"jointer.dev/test": "fleet"})
+        assert out["FleetId"].startswith("fleet-") and out["Errors"] == [], out["Errors"]
+        (inst,) = out["Instances"]
+        assert inst["InstanceType"] == "c5.large" and inst["Lifecycle"] == "on-demand"
+        assert inst["LaunchTemplateAndOverrides"]["Overrides"]["SubnetId"] == sub["us-east-1b"]
+        assert inst["LaunchTemplateAndOverrides"]["LaunchTemplateSpecification"]["LaunchTemplateId"] == lt
+        launched += inst["InstanceIds"]
+        d = ec2.describe_instances(InstanceIds=inst["InstanceIds"])["Reservations"][0]["Instances"][0]
+        assert d["SubnetId"] == sub["us-east-1b"] and d["Placement"]["AvailabilityZone"] == "us-east-1b"
+        assert d["ImageId"] == ids["x86_64"]
+        assert [g["GroupId"] for g in d["SecurityGroups"]] == [w["securityGroups"]["node"]], d["SecurityGroups"]
+        assert d["IamInstanceProfile"]["Arn"] == profile, d.get("IamInstanceProfile")
+        assert d["MetadataOptions"]["HttpTokens"] == "required"
+        assert d["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+        assert {"Key": "jointer.dev/test", "Value": "fleet"} in d["Tags"]
+        assert "InstanceLifecycle" not in d
+        ud = ec2.describe_instance_attribute(InstanceId=d["InstanceId"], Attribute="userData")
+        assert base64.b64decode(ud["UserData"]["Value"]).startswith(b"#!/bin/bash")
+
+        # Spot: the cheapest spot price in the override's zone.
+        spot = {o["InstanceType"]: prices["us-east-1"][o["InstanceType"]]["spot"][z]
+                for o, z in zip(overrides, ["us-east-1a", "us-east-1b", "us-east-1c"])}
+        out = fleet(ec2, lt, overrides, capacity_type="spot")
+        (inst,) = out["Instances"]
+        assert inst["InstanceType"] == min(spot, key=spot.get) and inst["Lifecycle"] == "spot", (inst, spot)
+        launched += inst["InstanceIds"]
+        d = ec2.describe_instances(InstanceIds=inst["InstanceIds"])["Reservations"][0]["Instances"][0]
+        assert d["InstanceLifecycle"] == "spot"
+
+        # Two instances: both in the cheapest pool.
+        out = fleet(ec2, lt, overrides, total=2)
+        assert [(i["InstanceType"], len(i["InstanceIds"])) for i in out["Instances"]] == [("c5.large", 2)]
+        launched += out["Instances"][0]["InstanceIds"]
+
+        # Priorities, when asked for.
+        prio = [dict(o, Priority=p) for o, p in zip(overrides, [2.0, 1.0, 0.0])]
+        out = fleet(ec2, lt, prio, od_strategy="prioritized")
+        assert out["Instances"][0]["InstanceType"] == "m5.xlarge"
+        launched += out["Instances"][0]["InstanceIds"]
+
+        # An arm64 type with this x86_64 image fails as in EC2; the next override launches.
+        arm = [{"InstanceType": "c6g.large", "SubnetId": sub["us-east-1a"]}] + overrides
+        out = fleet(ec2, lt, arm)
+        assert [e["ErrorCode"] for e in out["Errors"]] == ["InvalidParameterValue"], out["Errors"]
+        assert out["Instances"][0]["InstanceType"] == "c5.large"
+        launched += out["Instances"][0]["InstanceIds"]
+    finally:
+        if launched:
+            ec2.terminate_instances(InstanceIds=launched)
+
+
+@test
+def create_fleet_insufficient_capacity():
+    ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    sub = w["subnets"]["private"]
+    lt, _, _ = fleet_setup(ec2, iam, ssm, w)
+    overrides = [
+        {"InstanceType": "m5.large", "SubnetId": sub["us-east-1a"]},
+        {"InstanceType": "c5.large", "SubnetId": sub["us-east-1b"]},
+        {"InstanceType": "m5.xlarge", "SubnetId": sub["us-east-1c"]},
+    ]
+    launched = []
+    try:
+        st, faults = control("POST", "/_gap/faults", {"ice": [
+            {"instance_type": "c5.large", "zone": "us-east-1b", "capacity_type": "on-demand"}]})
+        assert st == 200 and len(faults["ice"]) == 1, faults
+        out = fleet(ec2, lt, overrides)
+        (err,) = out["Errors"]
+        assert err["ErrorCode"] == "InsufficientInstanceCapacity" and err["Lifecycle"] == "on-demand"
+        assert err["LaunchTemplateAndOverrides"]["Overrides"]["InstanceType"] == "c5.large"
+        assert err["LaunchTemplateAndOverrides"]["Overrides"]["AvailabilityZone"] == "us-east-1b"
+        assert "sufficient c5.large capacity" in err["ErrorMessage"]
+        (inst,) = out["Instances"]
+        assert inst["InstanceType"] == "m5.large", inst
+        launched += inst["InstanceIds"]
+        # Spot is unaffected by an on-demand ICE rule.
+        out = fleet(ec2, lt, overrides[1:2], capacity_type="spot")
+        assert out["Errors"] == [] and out["Instances"][0]["InstanceType"] == "c5.large"
+        launched += out["Instances"][0]["InstanceIds"]
+        # Everything out of capacity: no instance, one error per override.
+        control("POST", "/_gap/faults", {"ice": [{"capacity_type": "on-demand"}]})
+        out = fleet(ec2, lt, overrides)
+        assert out["Instances"] == []
+        assert sorted(e["LaunchTemplateAndOverrides"]["Overrides"]["InstanceType"] for e in out["Errors"]) == \
+            ["c5.large", "m5.large", "m5.xlarge"]
+        assert {e["ErrorCode"] for e in out["Errors"]} == {"InsufficientInstanceCapacity"}
+    finally:
+        control("DELETE", "/_gap/faults")
+        if launched:
+            ec2.terminate_instances(InstanceIds=launched)
+
+
+@test
+def fault_injection():
+    ec2, ssm, eks = client("ec2"), client("ssm"), client("eks")
+    try:
+        control("DELETE", "/_gap/calls")
+        assert control("POST", "/_gap/faults", {"throttle": {"count": 2, "operation": "DescribeVpcs"}})[0] == 200
+        expect_error("RequestLimitExceeded", 400, ec2.describe_vpcs)
+        expect_error("RequestLimitExceeded", 400, ec2.describe_vpcs)
+        ec2.describe_vpcs()
+        ec2.describe_subnets()
+        _, calls = control("GET", "/_gap/calls")
+        assert [(c["operation"], c["status"], c["fault"]) for c in calls] == [
+            ("DescribeVpcs", 400, "throttle"), ("DescribeVpcs", 400, "throttle"),
+            ("DescribeVpcs", 200, None), ("DescribeSubnets", 200, None)], calls
+        control("POST", "/_gap/faults", {"throttle": [{"count": 1, "service": "ssm"},
+                                                      {"count": 1, "service": "eks"}]})
+        expect_error("ThrottlingException", 400, ssm.get_parameter, Name="/x")
+        e = expect_error("ThrottlingException", 400, eks.list_clusters)
+        assert e.response["ResponseMetadata"]["HTTPHeaders"]["x-amzn-errortype"] == "ThrottlingException"
+        # Every call of one operation until cleared (no count).
+        control("POST", "/_gap/faults", {"throttle": {"operation": "DescribeImages"}})
+        for _ in range(3):
+            expect_error("RequestLimitExceeded", 400, ec2.describe_images, ImageIds=["ami-x"])
+        control("DELETE", "/_gap/faults")
+        control("POST", "/_gap/faults", {"server_error": {"count": 1, "operation": "DescribeSubnets"}})
+        expect_error("InternalError", 500, ec2.describe_subnets)
+        ec2.describe_subnets()
+        # An SDK's standard retries ride over one 5xx.
+        control("POST", "/_gap/faults", {"server_error": {"count": 1, "operation": "DescribeSubnets"}})
+        client("ec2", attempts=3).describe_subnets()
+        control("POST", "/_gap/faults", {"latency": {"ms": 400, "operation": "DescribeVpcs"}})
+        t = time.time()
+        ec2.describe_vpcs()
+        slow = time.time() - t
+        t = time.time()
+        ec2.describe_subnets()
+        fast = time.time() - t
+        assert slow >= 0.4 and fast < 0.4, (slow, fast)
+        control("DELETE", "/_gap/faults")
+        control("POST", "/_gap/faults", {"latency_ms": 200})
+        t = time.time()
+        ssm.put_parameter(Name="/jointer-test/latency", Value="1", Type="String", Overwrite=True)
+        assert time.time() - t >= 0.2
+        control("DELETE", "/_gap/faults")
+        vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+        control("POST", "/_gap/faults", {"fail_nth_mutating": 2})
+        ec2.create_tags(Resources=[vpc], Tags=[{"Key": "n", "Value": "1"}])   # mutating #1
+        ec2.describe_vpcs()                                                   # reads do not count
+        expect_error("InternalError", 500, ec2.create_tags, Resources=[vpc],
+                     Tags=[{"Key": "n", "Value": "2"}])                       # mutating #2 fails
+        ec2.create_tags(Resources=[vpc], Tags=[{"Key": "n", "Value": "3"}])   # and only that one
+        assert control("GET", "/_gap/faults")[1]["fail_nth_mutating"] is None
+        control("POST", "/_gap/faults", {"fail_nth_mutating": {"n": 1, "code": "UnauthorizedOperation",
+                                                               "status": 403}})
+        expect_error("UnauthorizedOperation", 403, ec2.create_tags, Resources=[vpc],
+                     Tags=[{"Key": "n", "Value": "4"}])
+        assert control("POST", "/_gap/faults", {"bogus": 1})[0] == 400
+        st, faults = control("DELETE", "/_gap/faults")
+        assert st == 200 and faults == {"rules": [], "latency": [], "ice": [], "fail_nth_mutating": None}
+    finally:
+        control("DELETE", "/_gap/faults")
+
+
+def node_of(instance_id):
+    r = kubectl("get", "nodes", "-o", "json")
+    for n in json.loads(r.stdout)["items"]:
+        if n["spec"].get("providerID", "").endswith("/" + instance_id):
+            return n
+    return None
+
+
+def is_ready(node):
+    return node and any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in node.get("status", {}).get("conditions", []))
+
+
+@test
+def node_join_end_to_end():
+    ec2, iam, ssm, eks = client("ec2"), client("iam"), client("ssm"), client("eks")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
+    data = user_data(cluster, labels="karpenter.sh/nodepool=default,jointer.dev/test=e2e",
+                     taints="jointer.dev/dedicated=e2e:NoSchedule", max_pods=29)
+    lt, _, _ = fleet_setup(ec2, iam, ssm, w, data)
+    ns = unique("e2e")
+    kubectl("create", "namespace", ns)
+    instance = None
+    try:
+        out = fleet(ec2, lt, [{"InstanceType": "m5.large", "SubnetId": w["subnets"]["private"]["us-east-1a"]}],
+                    tags={f"kubernetes.io/cluster/{CLUSTER}": "owned", "karpenter.sh/nodepool": "default"})
+        (instance,) = out["Instances"][0]["InstanceIds"]
+        t_running = time.time()  # moto's instances are running as soon as RunInstances returns
+        node = wait_for("the Node to be Ready", 30, lambda: (lambda n: n if is_ready(n) else None)(node_of(instance)))
+        latency = time.time() - t_running
+        FIGURES["node registration latency (instance running -> Node Ready)"] = f"{latency:.1f} s"
+        d = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+        meta, labels = node["metadata"], node["metadata"]["labels"]
+        assert meta["name"] == d["PrivateDnsName"]
+        assert node["spec"]["providerID"] == f"aws:///us-east-1a/{instance}"
+        for k, v in {"node.kubernetes.io/instance-type": "m5.large", "topology.kubernetes.io/zone": "us-east-1a",
+                     "topology.kubernetes.io/region": "us-east-1", "kubernetes.io/arch": "amd64",
+                     "kubernetes.io/os": "linux", "kubernetes.io/hostname": d["PrivateDnsName"],
+                     "karpenter.sh/capacity-type": "on-demand", "karpenter.sh/nodepool": "default",
+                     "jointer.dev/test": "e2e"}.items():
+            assert labels.get(k) == v, (k, labels.get(k))
+        assert {"key": "jointer.dev/dedicated", "value": "e2e", "effect": "NoSchedule"} in node["spec"]["taints"]
+        cap, alloc = node["status"]["capacity"], node["status"]["allocatable"]
+        assert cap["cpu"] == "2" and cap["pods"] == "29", cap
+        assert alloc["cpu"] == "1930m", alloc  # EKS kube-reserved for 2 vCPUs: 70m
+        assert meta["annotations"]["kwok.x-k8s.io/node"] == "fake"
+
+        # kube-scheduler places a tolerating pod there and kwok runs it; one that does not
+        # tolerate the taint stays Pending.
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tolerates", "namespace": ns},
+               "spec": {"nodeSelector": {"jointer.dev/test": "e2e"},
+                        "tolerations": [{"key": "jointer.dev/dedicated", "operator": "Equal",
+                                         "value": "e2e", "effect": "NoSchedule"}],
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        other = json.loads(json.dumps(pod))
+        other["metadata"]["name"] = "intolerant"
+        del other["spec"]["tolerations"]
+        kubectl("apply", "-f", "-", stdin=json.dumps(other))
+
+        def running():
+            p = json.loads(kubectl("-n", ns, "get", "pod", "tolerates", "-o", "json").stdout)
+            return p if p.get("status", {}).get("phase") == "Running" else None
+        p = wait_for("the tolerating pod to run", 30, running)
+        assert p["spec"]["nodeName"] == meta["name"]
+
+        def unschedulable():
+            p = json.loads(kubectl("-n", ns, "get", "pod", "intolerant", "-o", "json").stdout)
+            return any(c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
+                       for c in p.get("status", {}).get("conditions", []))
+        wait_for("the intolerant pod to be marked unschedulable", 30, unschedulable)
+
+        ec2.terminate_instances(InstanceIds=[instance])
+        t = time.time()
+        wait_for("the Node to be deleted", 30, lambda: node_of(instance) is None)
+        FIGURES["node deletion latency (instance terminated -> Node gone)"] = f"{time.time() - t:.1f} s"
+        instance = None
+    finally:
+        if instance:
+            ec2.terminate_instances(InstanceIds=[instance])
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@test
+def node_join_spot_and_refusals():
+    ec2, iam, ssm, eks = client("ec2"), client("iam"), client("ssm"), client("eks")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
+    tags = {f"kubernetes.io/cluster/{CLUSTER}": "owned"}
+    sub = w["subnets"]["private"]["us-east-1b"]
+    cases = {
+        "spot": user_data(cluster, labels="jointer.dev/test=spot"),
+        "shell": "#!/bin/bash\n/etc/eks/bootstrap.sh jointer-test\n",
+        "endpoint": user_data(cluster, endpoint="https://example.invalid"),
+        "label": user_data(cluster, labels="kubernetes.io/role=worker"),
+    }
+    instances = {}
+    try:
+        for case, data in cases.items():
+            lt, _, _ = fleet_setup(ec2, iam, ssm, w, data)
+            out = fleet(ec2, lt, [{"InstanceType": "m6i.large", "SubnetId": sub}],
+                        capacity_type="spot" if case == "spot" else "on-demand", tags=tags)
+            instances[case] = out["Instances"][0]["InstanceIds"][0]
+        node = wait_for("the spot Node", 30, lambda: node_of(instances["spot"]))
+        assert node["metadata"]["labels"]["karpenter.sh/capacity-type"] == "spot"
+        assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "us-east-1b"
+        log_path = os.path.join(RUN_DIR, "logs", "nodejoin.log")
+        for case in ("shell", "endpoint", "label"):
+            wait_for(f"the simulator to refuse {case}", 15,
+                     lambda: f"NOT joining {instances[case]}" in open(log_path, encoding="utf-8").read())
+            assert node_of(instances[case]) is None, case
+    finally:
+        ec2.terminate_instances(InstanceIds=list(instances.values()))
+    wait_for("the spot Node to go", 30, lambda: node_of(instances["spot"]) is None)
+
+
+@test
+def reset_clears_everything():
+    eks, iam = client("eks"), client("iam")
+    _, role, _ = node_role(iam)
+    eks.create_access_entry(clusterName=CLUSTER, principalArn=role, type="EC2_LINUX")
+    control("POST", "/_gap/faults", {"latency_ms": 1})
+    _, prices = control("GET", "/_gap/prices")
+    control("PUT", "/_gap/prices", {"us-east-1": {"m5.large": {"on_demand": 1.0, "spot": {}}}})
+    st, body = control("POST", "/_gap/reset")
+    assert st == 200 and body["moto_status"] == 200, body
+    assert control("GET", "/_gap/calls") == (200, [])
+    assert control("GET", "/_gap/faults")[1]["latency"] == []
+    assert control("GET", "/_gap/prices")[1] == prices
+    assert control("GET", "/_gap/state")[1]["access_entries"] == {}
+    expect_error("ResourceNotFoundException", 404, eks.describe_cluster, name=CLUSTER)
+    world()
+    assert eks.list_access_entries(clusterName=CLUSTER)["accessEntries"] == []
+
+
+def main():
+    selected = [t for t in TESTS if not sys.argv[1:] or any(a in t.__name__ for a in sys.argv[1:])]
+    t0 = time.time()
+    world()
+    print(f"world reset in {time.time() - t0:.1f}s", flush=True)
+    passed = failed = 0
+    for t in selected:
+        start = time.time()
+        try:
+            t()
+            passed += 1
+            print(f"PASS {t.__name__} ({time.time() - start:.1f}s)", flush=True)
+        except Exception as e:  # report and go on with the next test
+            failed += 1
+            print(f"FAIL {t.__name__} ({time.time() - start:.1f}s): {e!r}", flush=True)
+            traceback.print_exc()
+    world()
+    for k, v in FIGURES.items():
+        print(f"{k}: {v}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
