@@ -494,3 +494,57 @@ fn no_pools_at_all_is_explained() {
     });
     assert!(plan.unschedulable[0].message().contains("no NodePool"));
 }
+
+#[test]
+fn node_taints_policy_decides_whether_tainted_pools_count_as_spread_domains() {
+    let mut open = pool("open");
+    open.requirements
+        .add(labels::ZONE, Requirement::any_of(["zone-a", "zone-b"]));
+    let mut tainted = pool("tainted");
+    tainted
+        .requirements
+        .add(labels::ZONE, Requirement::any_of(["zone-c"]));
+    tainted.taints = vec![Taint {
+        key: "dedicated".into(),
+        value: None,
+        effect: TaintEffect::NoSchedule,
+    }];
+    let pods = |honor_taints: bool| -> Vec<SchedPod> {
+        (0..4)
+            .map(|i| {
+                let mut p = labelled(&format!("web-{i}"), "web");
+                p.spreads = vec![TopologySpread {
+                    max_skew: 1,
+                    topology_key: labels::ZONE.into(),
+                    when_unsatisfiable: Unsatisfiable::DoNotSchedule,
+                    selector: Selector::label("app", "web"),
+                    min_domains: None,
+                    honor_node_affinity: true,
+                    honor_taints,
+                }];
+                p
+            })
+            .collect()
+    };
+    // Honor: zone-c (only on tainted nodes) is not a domain, so a and b take two each.
+    let plan = solved(&Problem {
+        pools: vec![open.clone(), tainted.clone()],
+        existing: vec![],
+        pods: pods(true),
+    });
+    assert!(plan.unschedulable.is_empty());
+    // Ignore (the Kubernetes default): zone-c stays empty, so a and b can hold one each.
+    let plan = solved(&Problem {
+        pools: vec![open, tainted],
+        existing: vec![],
+        pods: pods(false),
+    });
+    assert_eq!(plan.unschedulable.len(), 2);
+    assert!(
+        plan.unschedulable[0]
+            .message()
+            .contains("topology spread on topology.kubernetes.io/zone"),
+        "{}",
+        plan.unschedulable[0].message()
+    );
+}

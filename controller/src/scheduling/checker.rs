@@ -339,6 +339,9 @@ fn eligible_min(
 ) -> i64 {
     let mut domains: BTreeSet<String> = BTreeSet::new();
     for pool in &problem.pools {
+        if spread.honor_taints && untolerated(&pool.taints, &pod.tolerations).is_some() {
+            continue;
+        }
         let pool_allows = pool.requirements.get(key);
         for t in &pool.instance_types {
             if t.requirements.conflict(&pool.requirements).is_some() {
@@ -357,7 +360,11 @@ fn eligible_min(
             }
         }
     }
-    for node in &problem.existing {
+    for node in problem
+        .existing
+        .iter()
+        .filter(|n| !spread.honor_taints || untolerated(&n.taints, &pod.tolerations).is_none())
+    {
         if let Some(v) = node.labels.get(key) {
             domains.insert(v.clone());
         }

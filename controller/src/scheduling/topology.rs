@@ -119,6 +119,14 @@ impl std::fmt::Display for TopologyRejection {
     }
 }
 
+/// Values a topology key can take on one pool's (or existing node's) nodes, and those nodes'
+/// taints.
+#[derive(Debug, Clone)]
+pub struct DomainSource {
+    pub values: BTreeSet<String>,
+    pub taints: Vec<crate::api::Taint>,
+}
+
 /// The domain chosen for each topology key a placement involves.
 pub type Placement = Vec<(String, String)>;
 
@@ -128,7 +136,7 @@ pub struct Topology {
     index: HashMap<GroupKey, usize>,
     pods: Vec<PodTerms>,
     /// Every known value per (non-hostname) key: the domains spread is balanced across.
-    universe: HashMap<String, BTreeSet<String>>,
+    universe: HashMap<String, Vec<DomainSource>>,
 }
 
 impl Topology {
@@ -137,7 +145,7 @@ impl Topology {
     pub fn new(
         pending: &[SchedPod],
         running: &[(&SchedPod, &Requirements, &str)],
-        universe: HashMap<String, BTreeSet<String>>,
+        universe: HashMap<String, Vec<DomainSource>>,
     ) -> Self {
         let mut t = Topology {
             universe,
@@ -297,7 +305,7 @@ impl Topology {
                 {
                     continue;
                 }
-                let min = self.global_min(group, spread, pod_requirements);
+                let min = self.global_min(self_pod, group, spread, pod_requirements);
                 let own = i64::from(group.selects(self_pod));
                 allowed.retain(|d| group.count(d) + own - min <= spread.max_skew);
                 if allowed.is_empty() {
@@ -371,6 +379,7 @@ impl Topology {
     /// empty hostname domain, so hostname spreads balance against zero.
     fn global_min(
         &self,
+        self_pod: &SchedPod,
         group: &Group,
         spread: &TopologySpread,
         pod_requirements: Option<&Requirements>,
@@ -378,14 +387,19 @@ impl Topology {
         if group.key == labels::HOSTNAME {
             return 0;
         }
-        let Some(universe) = self.universe.get(&group.key) else {
+        let Some(sources) = self.universe.get(&group.key) else {
             return 0;
         };
         let filter = pod_requirements
             .filter(|_| spread.honor_node_affinity)
             .and_then(|r| r.get(&group.key));
-        let eligible: Vec<&String> = universe
+        let eligible: BTreeSet<&String> = sources
             .iter()
+            .filter(|s| {
+                !spread.honor_taints
+                    || super::pod::untolerated(&s.taints, &self_pod.tolerations).is_none()
+            })
+            .flat_map(|s| s.values.iter())
             .filter(|d| filter.is_none_or(|r| r.has(d)))
             .collect();
         if spread

@@ -18,7 +18,7 @@ use super::problem::{
 };
 use super::requirements::{type_satisfies, Requirement, Requirements};
 use super::resources::{Resources, CPU, MEMORY};
-use super::topology::{ActiveTerms, Placement, Topology};
+use super::topology::{ActiveTerms, DomainSource, Placement, Topology};
 use crate::api::labels;
 
 /// Plans NodeClaims for `problem`'s pending pods.
@@ -217,8 +217,9 @@ impl<'a> Solver<'a> {
             })
             .collect();
 
-        // Spread domains: every value a pool's instance types or an existing node can have.
-        let mut universe: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        // Spread domains: every value a pool's instance types or an existing node can have,
+        // with the taints of where they come from (for `nodeTaintsPolicy: Honor`).
+        let mut universe: HashMap<String, Vec<DomainSource>> = HashMap::new();
         let keys: HashSet<&str> = problem
             .pods
             .iter()
@@ -226,23 +227,28 @@ impl<'a> Solver<'a> {
             .collect();
         for key in keys {
             let key = super::requirements::normalize_key(key);
-            let set = universe.entry(key.to_string()).or_default();
+            let sources = universe.entry(key.to_string()).or_default();
             for pool in &pools {
-                for t in &pool.types {
-                    let allowed = pool.input.requirements.get(key);
-                    if let Some(values) = t.requirements.get(key).and_then(|r| r.values()) {
-                        set.extend(
-                            values
-                                .iter()
-                                .filter(|v| allowed.is_none_or(|a| a.has(v)))
-                                .cloned(),
-                        );
-                    }
-                }
+                let allowed = pool.input.requirements.get(key);
+                let values = pool
+                    .types
+                    .iter()
+                    .filter_map(|t| t.requirements.get(key).and_then(|r| r.values()))
+                    .flatten()
+                    .filter(|v| allowed.is_none_or(|a| a.has(v)))
+                    .cloned()
+                    .collect();
+                sources.push(DomainSource {
+                    values,
+                    taints: pool.input.taints.clone(),
+                });
             }
             for node in &problem.existing {
                 if let Some(v) = node.labels.get(key) {
-                    set.insert(v.clone());
+                    sources.push(DomainSource {
+                        values: [v.clone()].into(),
+                        taints: node.taints.clone(),
+                    });
                 }
             }
         }
