@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
 use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::{is_blank, read_text, YamlStream};
+use crate::documents::{read_stream, YamlStream};
 use crate::manifest::{read_object, type_of};
 
 /// One change `convert` made, reported on stderr (or in JSON).
@@ -224,17 +224,6 @@ fn convert_nodeclass(
     Ok(())
 }
 
-fn read_input(path: &PathBuf) -> Result<YamlStream, Diagnostic> {
-    let text = read_text(path)?;
-    if is_blank(&text) {
-        return Err(Diagnostic::error(
-            path,
-            "the file is empty: expected v1beta1 NodePool or EC2NodeClass YAML",
-        ));
-    }
-    YamlStream::parse(path, &text)
-}
-
 /// Converts every document of every file; on any problem nothing is returned but the problems.
 pub fn convert(files: &[PathBuf]) -> Result<Conversion, InputErrors> {
     let mut problems = Vec::new();
@@ -242,7 +231,7 @@ pub fn convert(files: &[PathBuf]) -> Result<Conversion, InputErrors> {
     let mut inputs = Vec::new();
     let mut kubelets = Vec::new();
     for path in files {
-        let mut stream = match read_input(path) {
+        let mut stream = match read_stream(path, "v1beta1 NodePool or EC2NodeClass YAML") {
             Ok(s) => s,
             Err(d) => {
                 problems.push(d);

@@ -78,6 +78,18 @@ fn yaml_message(e: &serde_yaml::Error) -> String {
     }
 }
 
+/// Reads and parses a YAML file that must not be empty (`what` says what it should hold).
+pub fn read_stream(path: &Path, what: &str) -> Result<YamlStream, Diagnostic> {
+    let text = read_text(path)?;
+    if is_blank(&text) {
+        return Err(Diagnostic::error(
+            path,
+            format!("the file is empty: expected {what}"),
+        ));
+    }
+    YamlStream::parse(path, &text)
+}
+
 /// True when a text holds nothing but whitespace and comments.
 pub fn is_blank(text: &str) -> bool {
     text.lines()

@@ -43,6 +43,19 @@ struct Cli {
     command: Command,
 }
 
+/// `-f FILE`: the jointer config a command reads.
+#[derive(clap::Args)]
+struct ConfigFile {
+    /// The jointer config.
+    #[arg(
+        short = 'f',
+        long = "file",
+        env = "JOINTER_CONFIG",
+        default_value = "jointer.yaml"
+    )]
+    file: PathBuf,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Output {
     Text,
@@ -74,25 +87,15 @@ enum Command {
     },
     /// Render the node templates, validate them as Karpenter v1 objects and print them.
     Render {
-        #[arg(
-            short = 'f',
-            long = "file",
-            env = "JOINTER_CONFIG",
-            default_value = "jointer.yaml"
-        )]
-        file: PathBuf,
+        #[command(flatten)]
+        config: ConfigFile,
         #[arg(long, value_enum, default_value_t = What::Nodes)]
         what: What,
     },
     /// Warn about known mistakes in the rendered NodePools (exit 0 with warnings, 1 on errors).
     Lint {
-        #[arg(
-            short = 'f',
-            long = "file",
-            env = "JOINTER_CONFIG",
-            default_value = "jointer.yaml"
-        )]
-        file: PathBuf,
+        #[command(flatten)]
+        config: ConfigFile,
         /// Treat warnings as errors.
         #[arg(long)]
         strict: bool,
@@ -235,7 +238,10 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 ),
             }
         }
-        Command::Render { file, what } => {
+        Command::Render {
+            config: ConfigFile { file },
+            what,
+        } => {
             let nodes = if *what == What::Crds {
                 None
             } else {
@@ -267,7 +273,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             }
         }
         Command::Lint {
-            file,
+            config: ConfigFile { file },
             strict,
             rules,
         } => {

@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::{is_blank, read_text, YamlStream};
+use crate::documents::{read_stream, read_text, YamlStream};
 use crate::manifest::{check_unique, read_objects, Located, Object};
 use crate::workload::{self, Workload};
 use crate::{config, render};
@@ -76,13 +76,7 @@ fn parse_files(files: &[PathBuf]) -> Result<Vec<YamlStream>, InputErrors> {
     let mut streams = Vec::new();
     let mut problems = Vec::new();
     for f in files {
-        let parsed = read_text(f).and_then(|text| {
-            if is_blank(&text) {
-                Err(Diagnostic::error(f, "the file is empty"))
-            } else {
-                YamlStream::parse(f, &text)
-            }
-        });
+        let parsed = read_stream(f, "Kubernetes YAML");
         match parsed {
             Ok(s) => streams.push(s),
             Err(d) => problems.push(d),

@@ -138,7 +138,6 @@ async fn crds_install_and_the_api_server_enforces_the_same_rules_as_offline_vali
         );
     }
 
-    // A NodeClaim's spec is immutable.
     pools
         .delete(&name, &DeleteParams::default())
         .await

@@ -77,8 +77,6 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Deserialize)]
 struct Region {
     zones: Vec<String>,
-    #[serde(default)]
-    zone_ids: Vec<String>,
     spot_discount: BTreeMap<String, f64>,
     offerings: BTreeMap<String, Vec<usize>>,
 }
@@ -180,7 +178,6 @@ impl Catalog {
                 offerings,
             )));
         }
-        let _ = &r.zone_ids;
         Ok(out)
     }
 }
