@@ -346,3 +346,49 @@ fn the_bundled_example_is_what_init_writes() {
         "regenerate manifests/examples/jointer.yaml with `jointer init`"
     );
 }
+
+#[test]
+fn bench_reports_every_figure_for_both_profiles() {
+    let ws = Workspace::new();
+    for (profile, pods) in [("upstream", "500"), ("aws", "300")] {
+        let run = ws.jointer(&[
+            "bench",
+            "scheduling",
+            "--profile",
+            profile,
+            "--pods",
+            pods,
+            "-o",
+            "json",
+        ]);
+        let out: serde_json::Value = serde_json::from_str(&run.succeeded().stdout).expect("JSON");
+        assert_eq!(out["profile"], profile);
+        assert_eq!(out["plan_verified"], true);
+        assert_eq!(out["unschedulable"], 0);
+        for key in [
+            "pods",
+            "instance_types",
+            "nodes",
+            "solve_seconds",
+            "pods_per_second",
+            "price_per_hour",
+            "lower_bound_per_hour",
+            "gap_percent",
+            "peak_rss_bytes",
+        ] {
+            assert!(!out[key].is_null(), "{profile}: missing {key}");
+        }
+        let (price, bound) = (
+            out["price_per_hour"].as_f64().unwrap_or(0.0),
+            out["lower_bound_per_hour"].as_f64().unwrap_or(f64::MAX),
+        );
+        assert!(
+            bound > 0.0 && price >= bound,
+            "{profile}: the plan ({price}) cannot beat the lower bound ({bound})"
+        );
+    }
+    // Upstream's profile: hostname anti-affinity puts one of every five pods on its own node.
+    let run = ws.jointer(&["bench", "scheduling", "--pods", "500", "-o", "json"]);
+    let out: serde_json::Value = serde_json::from_str(&run.succeeded().stdout).expect("JSON");
+    assert_eq!(out["nodes"], 100);
+}
