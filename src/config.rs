@@ -357,15 +357,14 @@ pub fn load(path: &Path) -> Result<LoadedConfig, InputErrors> {
 /// Parses and validates config text read from `path` (which names it in errors and anchors
 /// relative template directories).
 pub fn load_text(path: &Path, text: &str) -> Result<LoadedConfig, InputErrors> {
-    let text = text.to_string();
-    if is_blank(&text) {
+    if is_blank(text) {
         return Err(Diagnostic::error(
             path,
             "the file is empty; a config needs at least `cluster: { name: <eks cluster>, region: <aws region> }` (`jointer init` writes a starter)",
         )
         .into());
     }
-    let stream = YamlStream::parse(path, &text)?;
+    let stream = YamlStream::parse(path, text)?;
     if stream.documents.len() != 1 {
         return Err(Diagnostic::error(
             path,

@@ -202,36 +202,24 @@ pub fn mixed_workload(pods: usize, seed: u64) -> Vec<SchedPod> {
 /// The cheapest fractional mix of the pools' instance types (at their cheapest offering) that
 /// covers the pods' total CPU, memory and pod count: a lower bound on any plan's $/hour.
 pub fn lower_bound_per_hour(problem: &Problem) -> Option<f64> {
-    use minilp::{ComparisonOp, OptimizationDirection, Problem as Lp};
-    let total = problem
+    let demand = problem
         .pods
         .iter()
         .fold(Resources::ZERO, |acc, p| acc + p.requests);
-    let mut lp = Lp::new(OptimizationDirection::Minimize);
-    let mut cpu = Vec::new();
-    let mut memory = Vec::new();
-    let mut pods = Vec::new();
-    for pool in &problem.pools {
-        for t in pool
-            .instance_types
-            .iter()
-            .filter(|t| t.requirements.conflict(&pool.requirements).is_none())
-        {
-            let Some(offering) = t.cheapest(&pool.requirements) else {
-                continue;
-            };
-            let allocatable = t.allocatable - pool.daemon_overhead;
-            let x = lp.add_var(offering.price, (0.0, f64::INFINITY));
-            cpu.push((x, allocatable.cpu as f64));
-            // GiB keeps the coefficients well scaled for the simplex.
-            memory.push((x, allocatable.memory as f64 / GIB as f64));
-            pods.push((x, allocatable.pods as f64));
-        }
-    }
-    lp.add_constraint(&cpu, ComparisonOp::Ge, total.cpu as f64);
-    lp.add_constraint(&memory, ComparisonOp::Ge, total.memory as f64 / GIB as f64);
-    lp.add_constraint(&pods, ComparisonOp::Ge, total.pods as f64);
-    lp.solve().ok().map(|s| s.objective())
+    let offered: Vec<(f64, Resources)> = problem
+        .pools
+        .iter()
+        .flat_map(|pool| {
+            pool.instance_types
+                .iter()
+                .filter(|t| t.requirements.conflict(&pool.requirements).is_none())
+                .filter_map(|t| {
+                    t.cheapest(&pool.requirements)
+                        .map(|o| (o.price, t.allocatable - pool.daemon_overhead))
+                })
+        })
+        .collect();
+    crate::scheduling::fluid::fluid_mix(&offered, demand).map(|(price, _)| price)
 }
 
 /// The `aws` profile: the embedded catalog's us-east-1 types under a NodePool like the

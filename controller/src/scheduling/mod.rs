@@ -2,6 +2,7 @@
 //! to a plan of NodeClaims (and a reason for every pod that cannot be placed). No I/O.
 
 pub mod checker;
+pub mod fluid;
 pub mod instance_type;
 pub mod overhead;
 pub mod pod;

@@ -419,16 +419,18 @@ impl Topology {
                 .find(|(k, _)| k == key)
                 .map(|(_, d)| d.clone())
         };
-        let terms = self.pods[pod].clone();
-        for g in &terms.selected_by {
-            if let Some(d) = domain_of(&self.groups[*g].key) {
-                *self.groups[*g].counts.entry(d).or_default() += 1;
-                self.groups[*g].total += 1;
+        // Borrow the pod's terms and the groups separately: no copy on this hot path.
+        let Topology { groups, pods, .. } = self;
+        let terms = &pods[pod];
+        for &g in &terms.selected_by {
+            if let Some(d) = domain_of(&groups[g].key) {
+                *groups[g].counts.entry(d).or_default() += 1;
+                groups[g].total += 1;
             }
         }
-        for g in &terms.anti_affinity {
-            if let Some(d) = domain_of(&self.groups[*g].key) {
-                *self.groups[*g].anti_owners.entry(d).or_default() += 1;
+        for &g in &terms.anti_affinity {
+            if let Some(d) = domain_of(&groups[g].key) {
+                *groups[g].anti_owners.entry(d).or_default() += 1;
             }
         }
     }

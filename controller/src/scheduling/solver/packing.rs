@@ -350,33 +350,27 @@ impl Solver<'_> {
     /// The whole nodes of each type in the fluid lower bound's optimal mix for `demand`,
     /// most-used type first.
     fn fluid_mix(&self, pool: usize, demand: Resources) -> Vec<(u32, u64)> {
-        use minilp::{ComparisonOp, OptimizationDirection, Problem as Lp};
-        const GIB: f64 = (1u64 << 30) as f64;
         let state = &self.pools[pool];
-        let daemon = state.input.daemon_overhead;
-        let mut lp = Lp::new(OptimizationDirection::Minimize);
-        let (mut cpu, mut memory, mut pods, mut vars) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (i, t) in state.types.iter().enumerate() {
-            let Some(offering) = t.cheapest(&state.input.requirements) else {
-                continue;
-            };
-            let a = t.allocatable - daemon;
-            let x = lp.add_var(offering.price, (0.0, f64::INFINITY));
-            cpu.push((x, a.cpu as f64));
-            memory.push((x, a.memory as f64 / GIB));
-            pods.push((x, a.pods as f64));
-            vars.push((i as u32, x));
-        }
-        lp.add_constraint(&cpu, ComparisonOp::Ge, demand.cpu as f64);
-        lp.add_constraint(&memory, ComparisonOp::Ge, demand.memory as f64 / GIB);
-        lp.add_constraint(&pods, ComparisonOp::Ge, demand.pods as f64);
-        let Ok(solution) = lp.solve() else {
+        let (indexes, offered): (Vec<u32>, Vec<(f64, Resources)>) = state
+            .types
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                t.cheapest(&state.input.requirements).map(|o| {
+                    (
+                        i as u32,
+                        (o.price, t.allocatable - state.input.daemon_overhead),
+                    )
+                })
+            })
+            .unzip();
+        let Some((_, copies)) = crate::scheduling::fluid::fluid_mix(&offered, demand) else {
             return Vec::new();
         };
-        let mut mix: Vec<(u32, u64)> = vars
+        let mut mix: Vec<(u32, u64)> = indexes
             .into_iter()
-            .map(|(t, x)| (t, solution[x].floor() as u64))
+            .zip(copies)
+            .map(|(t, x)| (t, x.floor() as u64))
             .filter(|(_, n)| *n > 0)
             .collect();
         mix.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
