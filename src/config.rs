@@ -71,10 +71,26 @@ pub struct Controller {
     pub namespace: String,
     #[serde(default = "default_replicas")]
     pub replicas: u32,
+    /// The controller's service account (default: jointer-controller for the bundled
+    /// controller, karpenter for the Helm chart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
     #[serde(default)]
     pub image: Image,
     #[serde(default)]
     pub helm: HelmChart,
+}
+
+impl Controller {
+    pub fn service_account_name(&self) -> String {
+        self.service_account.clone().unwrap_or_else(|| {
+            match self.install {
+                Install::Helm => "karpenter",
+                _ => "jointer-controller",
+            }
+            .to_string()
+        })
+    }
 }
 
 fn default_namespace() -> String {
@@ -90,6 +106,7 @@ impl Default for Controller {
             install: Install::default(),
             namespace: default_namespace(),
             replicas: default_replicas(),
+            service_account: None,
             image: Image::default(),
             helm: HelmChart::default(),
         }
@@ -153,6 +170,10 @@ pub struct Interruption {
     /// Defaults to the cluster name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_name: Option<String>,
+    /// A customer-managed KMS key for the queue (default: SQS-managed encryption). Its key
+    /// policy must let events.amazonaws.com use it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kms_key_id: Option<String>,
 }
 
 impl Default for Interruption {
@@ -160,6 +181,7 @@ impl Default for Interruption {
         Interruption {
             enabled: true,
             queue_name: None,
+            kms_key_id: None,
         }
     }
 }
@@ -171,6 +193,8 @@ struct InterruptionFields {
     enabled: bool,
     #[serde(default)]
     queue_name: Option<String>,
+    #[serde(default)]
+    kms_key_id: Option<String>,
 }
 
 fn yes() -> bool {
@@ -183,12 +207,13 @@ impl<'de> Deserialize<'de> for Interruption {
         impl<'de> de::Visitor<'de> for V {
             type Value = Interruption;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("true, false, or a mapping { enabled, queueName }")
+                f.write_str("true, false, or a mapping { enabled, queueName, kmsKeyId }")
             }
             fn visit_bool<E: de::Error>(self, enabled: bool) -> Result<Interruption, E> {
                 Ok(Interruption {
                     enabled,
                     queue_name: None,
+                    kms_key_id: None,
                 })
             }
             fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Interruption, A::Error> {
@@ -197,6 +222,7 @@ impl<'de> Deserialize<'de> for Interruption {
                 Ok(Interruption {
                     enabled: f.enabled,
                     queue_name: f.queue_name,
+                    kms_key_id: f.kms_key_id,
                 })
             }
         }
@@ -477,6 +503,35 @@ fn validate(config: &Config) -> Vec<(&'static str, String)> {
                 format!(
                     "{queue:?} is not a valid SQS queue name (1-80 letters, digits, '-' or '_')"
                 ),
+            ));
+        }
+    }
+    if let Some(key) = &config.interruption.kms_key_id {
+        // EventBridge cannot encrypt with the AWS-managed SQS key: the queue would silently
+        // receive nothing.
+        if key.ends_with("alias/aws/sqs") {
+            problems.push((
+                "interruption.kmsKeyId",
+                format!("{key:?} is the AWS-managed SQS key, which EventBridge cannot use (no event would arrive): remove kmsKeyId for SQS-managed encryption, or give a customer-managed key whose policy allows events.amazonaws.com"),
+            ));
+        } else if key.is_empty() {
+            problems.push((
+                "interruption.kmsKeyId",
+                "empty: remove it for SQS-managed encryption, or give a key ID, ARN or alias"
+                    .to_string(),
+            ));
+        }
+    }
+    if let Some(sa) = &config.controller.service_account {
+        let valid = !sa.is_empty()
+            && sa.len() <= 253
+            && sa
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !valid {
+            problems.push((
+                "controller.serviceAccount",
+                format!("{sa:?} is not a valid service account name (lower-case letters, digits, '-' and '.')"),
             ));
         }
     }

@@ -72,6 +72,17 @@ fn blocks_forever(budget: &Budget) -> bool {
     budget.schedule.is_none() && matches!(budget.nodes.as_str(), "0" | "0%")
 }
 
+/// Whether any rendered NodePool may launch spot capacity (the account then needs the spot
+/// service-linked role).
+pub fn spot_allowed(nodes: &NodeObjects) -> bool {
+    nodes.objects.iter().any(|o| match &o.object {
+        Object::NodePool(pool) => {
+            allowed_values(pool, CAPACITY_TYPE).is_some_and(|v| v.contains(&CAPACITY_SPOT))
+        }
+        _ => false,
+    })
+}
+
 /// Lint findings for rendered objects, located in their rendered source.
 pub fn lint(config: &Config, nodes: &NodeObjects) -> Vec<Diagnostic> {
     let objects = &nodes.objects;

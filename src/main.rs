@@ -6,6 +6,7 @@
 #![allow(clippy::result_large_err)]
 
 mod bench;
+mod bootstrap;
 mod config;
 mod convert;
 mod diagnostics;
@@ -136,6 +137,40 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// Show what `apply` would change on AWS, step by step (no writes).
+    Plan {
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Plan to take over resources with jointer's names that jointer did not create.
+        #[arg(long)]
+        adopt: bool,
+    },
+    /// Create or repair the AWS side (IAM, interruption queue and rules, discovery tags, node
+    /// access), then verify it converged. Safe to re-run.
+    Apply {
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Do not ask for confirmation (never asked when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Take over resources with jointer's names that jointer did not create.
+        #[arg(long)]
+        adopt: bool,
+    },
+    /// Compare the AWS side with the config: exit 0 in sync, 2 on drift, 1 on error.
+    Drift {
+        #[command(flatten)]
+        config: ConfigFile,
+    },
+    /// Remove everything jointer created or tagged for the cluster, then prove nothing is left
+    /// (exit 1 listing what is).
+    Teardown {
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Do not ask for confirmation (never asked when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// Convert Karpenter v1beta1 NodePool/EC2NodeClass YAML to v1 (v1 on stdout, changes on stderr).
     Convert {
         /// Input files; pass a NodePool's EC2NodeClass too so its kubelet settings can move.
@@ -221,8 +256,61 @@ fn crds_yaml() -> Result<String, Failure> {
     Ok(out)
 }
 
+/// Config and templates are read and validated before any AWS call; then the cluster is
+/// described once.
+fn bootstrap_context(
+    file: &std::path::Path,
+    adopt: bool,
+) -> Result<(tokio::runtime::Runtime, bootstrap::Context), Failure> {
+    let loaded = config::load(file)?;
+    let nodes = render::node_objects(&loaded)?;
+    let spot_allowed = lint::spot_allowed(&nodes);
+    let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
+    let ctx = runtime.block_on(bootstrap::Context::connect(
+        loaded.config,
+        adopt,
+        spot_allowed,
+    ))?;
+    Ok((runtime, ctx))
+}
+
 fn run(cli: &Cli) -> Result<ExitCode, Failure> {
+    let json = cli.output == Output::Json;
     match &cli.command {
+        Command::Plan {
+            config: ConfigFile { file },
+            adopt,
+        } => {
+            let (rt, ctx) = bootstrap_context(file, *adopt)?;
+            rt.block_on(bootstrap::run::cmd_plan(&ctx, json))?;
+        }
+        Command::Apply {
+            config: ConfigFile { file },
+            yes,
+            adopt,
+        } => {
+            let (rt, ctx) = bootstrap_context(file, *adopt)?;
+            if !rt.block_on(bootstrap::run::cmd_apply(&ctx, *yes, json))? {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Drift {
+            config: ConfigFile { file },
+        } => {
+            let (rt, ctx) = bootstrap_context(file, false)?;
+            if rt.block_on(bootstrap::run::cmd_drift(&ctx, json))? {
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Command::Teardown {
+            config: ConfigFile { file },
+            yes,
+        } => {
+            let (rt, ctx) = bootstrap_context(file, false)?;
+            if !rt.block_on(bootstrap::run::cmd_teardown(&ctx, *yes, json))? {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Command::Init {
             cluster,
             region,

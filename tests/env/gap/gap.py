@@ -387,6 +387,9 @@ class Gap:
             self.access_policies = {}  # (region, cluster, principalArn) -> {policyArn: assoc}
             self.associations = {}  # (region, cluster) -> {associationId: association}
             self.addons = {}  # (region, cluster) -> {name: addon}
+            # (region, cluster) -> {"oidc": False, "authenticationMode": ...}: how a test
+            # makes DescribeCluster report a cluster moto cannot express.
+            self.cluster_overrides = {}
             self.ami_cache = {}
             self.calls = []
             self.clear_faults()
@@ -666,6 +669,14 @@ def describe_cluster(gap, call, name):
         oidc["issuer"] = (f"https://oidc.eks.{call.region}.amazonaws.com/id/"
                           + hashlib.sha256(name.encode()).hexdigest()[:32].upper())
     c.setdefault("status", "ACTIVE")
+    with gap.lock:
+        override = dict(gap.cluster_overrides.get((call.region, name), {}))
+    if override.get("oidc") is False:
+        c.pop("identity", None)
+    if override.get("authenticationMode"):
+        access["authenticationMode"] = override["authenticationMode"]
+    if override.get("ipFamily"):
+        net["ipFamily"] = override["ipFamily"]
     return json_response(doc)
 
 
@@ -1588,6 +1599,15 @@ def handle_control(gap, method, path, body):
                 gap.prices = prices
                 gap.prices_time = time.time()
             return 200, {"regions": sorted(prices)}
+    if path == "/_gap/clusters" and method == "POST":
+        spec = parse()
+        if not isinstance(spec, dict) or not spec.get("cluster"):
+            return 400, {"error": "body must be {cluster, region?, oidc?, authenticationMode?, ipFamily?}"}
+        key = (spec.get("region") or gap.args.region, spec["cluster"])
+        with gap.lock:
+            gap.cluster_overrides[key] = {k: spec[k] for k in ("oidc", "authenticationMode", "ipFamily")
+                                          if k in spec}
+            return 200, gap.cluster_overrides[key]
     if path == "/_gap/reset" and method == "POST":
         gap.begin_reset()
         try:

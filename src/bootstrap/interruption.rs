@@ -1,0 +1,663 @@
+//! The interruption queue and the five EventBridge rules that feed it: spot interruption
+//! warnings, rebalance recommendations, instance state changes, scheduled health events and
+//! capacity-reservation interruptions reach the controller in time to drain the node.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+
+use super::aws::{code, failed};
+use super::iam::{adopt_or_refuse, owned};
+use super::policy::{self, Document, Statement};
+use super::{Change, Context, Goal, Op, Step, StepPlan};
+
+/// The five rules: (name suffix, event source, detail-type).
+pub const RULES: [(&str, &str, &str); 5] = [
+    ("Health", "aws.health", "AWS Health Event"),
+    ("Spot", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    (
+        "Rebalance",
+        "aws.ec2",
+        "EC2 Instance Rebalance Recommendation",
+    ),
+    (
+        "StateChange",
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+    ),
+    (
+        "CapacityReservation",
+        "aws.ec2",
+        "EC2 Capacity Reservation Instance Interruption Warning",
+    ),
+];
+
+const TARGET_ID: &str = "InterruptionQueue";
+/// Interruption warnings are useless after two minutes; five keeps the queue short.
+const RETENTION_SECONDS: &str = "300";
+/// SQS refuses to re-create a name for 60 s after deleting it.
+const QUEUE_DELETED_RECENTLY_WAIT: Duration = Duration::from_secs(70);
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    CreateQueue {
+        name: String,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    },
+    TagQueue {
+        url: String,
+        tags: BTreeMap<String, String>,
+    },
+    SetQueueAttribute {
+        url: String,
+        name: String,
+        value: String,
+    },
+    DeleteQueue {
+        url: String,
+    },
+    /// PutRule: creates the rule, or sets its pattern.
+    PutRule {
+        name: String,
+        pattern: String,
+        tags: BTreeMap<String, String>,
+    },
+    TagRule {
+        arn: String,
+        tags: BTreeMap<String, String>,
+    },
+    EnableRule {
+        name: String,
+    },
+    PutTarget {
+        rule: String,
+        queue_arn: String,
+    },
+    RemoveTargets {
+        rule: String,
+        ids: Vec<String>,
+    },
+    DeleteRule {
+        name: String,
+    },
+}
+
+impl From<Action> for super::Action {
+    fn from(a: Action) -> Self {
+        super::Action::Interruption(a)
+    }
+}
+
+/// The queue as SQS holds it.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub url: String,
+    pub attributes: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A rule as EventBridge holds it.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub arn: String,
+    pub pattern: Value,
+    pub enabled: bool,
+    pub tags: BTreeMap<String, String>,
+    /// target id → ARN
+    pub targets: BTreeMap<String, String>,
+}
+
+pub fn event_pattern(source: &str, detail_type: &str) -> Value {
+    json!({ "source": [source], "detail-type": [detail_type] })
+}
+
+/// Allow EventBridge (and SQS itself) to send; refuse anything over plain HTTP.
+pub fn queue_policy(queue_arn: &str) -> Document {
+    Document::new(vec![
+        Statement::allow(
+            "AllowEventBridgeToSend",
+            &["sqs:SendMessage"],
+            vec![queue_arn.to_string()],
+        )
+        .principal(json!({ "Service": ["events.amazonaws.com", "sqs.amazonaws.com"] })),
+        Statement::deny(
+            "DenyInsecureTransport",
+            &["sqs:*"],
+            vec![queue_arn.to_string()],
+        )
+        .principal(json!("*"))
+        .when("Bool", "aws:SecureTransport", &["false"]),
+    ])
+}
+
+/// The queue attributes jointer sets.
+pub fn queue_attributes(ctx: &Context, queue_arn: &str) -> BTreeMap<String, String> {
+    let mut attributes = BTreeMap::from([
+        (
+            "MessageRetentionPeriod".to_string(),
+            RETENTION_SECONDS.to_string(),
+        ),
+        ("Policy".to_string(), queue_policy(queue_arn).to_json()),
+    ]);
+    match &ctx.config.interruption.kms_key_id {
+        Some(key) => {
+            attributes.insert("KmsMasterKeyId".into(), key.clone());
+        }
+        None => {
+            attributes.insert("SqsManagedSseEnabled".into(), "true".into());
+        }
+    }
+    attributes
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::Interruption);
+    // Interruption handling switched off: what jointer made for it goes.
+    let goal = if ctx.config.interruption.enabled {
+        goal
+    } else {
+        Goal::Remove
+    };
+    let queue_name = &ctx.names.queue;
+    let queue_arn = ctx.scope().queue_arn(queue_name);
+    let queue = get_queue(ctx, queue_name).await?;
+    let mut rules = Vec::new();
+    for (kind, _, _) in RULES {
+        rules.push(get_rule(ctx, &ctx.names.rule(kind)).await?);
+    }
+    let queue_resource = format!("sqs queue {queue_name}");
+    match goal {
+        Goal::Converge => {
+            if ctx.config.interruption.kms_key_id.is_some() {
+                plan.warnings.push(format!(
+                    "{queue_resource} is encrypted with a customer KMS key: its key policy must let events.amazonaws.com use kms:GenerateDataKey and kms:Decrypt, or no event arrives"
+                ));
+            }
+            let attributes = queue_attributes(ctx, &queue_arn);
+            match &queue {
+                None => plan.changes.push(
+                    Change::new(
+                        Op::Create,
+                        &queue_resource,
+                        Action::CreateQueue {
+                            name: queue_name.clone(),
+                            attributes,
+                            tags: ctx.tags(),
+                        },
+                    )
+                    .detail("retention 300 s, encrypted, EventBridge may send"),
+                ),
+                Some(q) => {
+                    adopt_or_refuse(
+                        ctx,
+                        &queue_resource,
+                        &q.tags,
+                        "set interruption.queueName to another name",
+                        &mut plan.changes,
+                        || {
+                            Action::TagQueue {
+                                url: q.url.clone(),
+                                tags: ctx.tags(),
+                            }
+                            .into()
+                        },
+                    )?;
+                    for (name, want) in &attributes {
+                        if let Some(detail) =
+                            attribute_difference(name, q.attributes.get(name), want)
+                        {
+                            plan.changes.push(
+                                Change::new(
+                                    Op::Update,
+                                    &queue_resource,
+                                    Action::SetQueueAttribute {
+                                        url: q.url.clone(),
+                                        name: name.clone(),
+                                        value: want.clone(),
+                                    },
+                                )
+                                .field(name.clone())
+                                .detail(detail),
+                            );
+                        }
+                    }
+                }
+            }
+            for ((kind, source, detail_type), rule) in RULES.iter().zip(&rules) {
+                let name = ctx.names.rule(kind);
+                converge_rule(
+                    ctx,
+                    &name,
+                    &event_pattern(source, detail_type),
+                    &queue_arn,
+                    rule.as_ref(),
+                    &mut plan.changes,
+                )?;
+            }
+        }
+        Goal::Remove => {
+            for rule in rules.iter().flatten().filter(|r| owned(ctx, &r.tags)) {
+                let resource = format!("eventbridge rule {}", rule.name);
+                if !rule.targets.is_empty() {
+                    plan.changes.push(
+                        Change::new(
+                            Op::Delete,
+                            &resource,
+                            Action::RemoveTargets {
+                                rule: rule.name.clone(),
+                                ids: rule.targets.keys().cloned().collect(),
+                            },
+                        )
+                        .field("targets"),
+                    );
+                }
+                plan.changes.push(Change::new(
+                    Op::Delete,
+                    &resource,
+                    Action::DeleteRule {
+                        name: rule.name.clone(),
+                    },
+                ));
+            }
+            if let Some(q) = queue.filter(|q| owned(ctx, &q.tags)) {
+                plan.changes.push(Change::new(
+                    Op::Delete,
+                    &queue_resource,
+                    Action::DeleteQueue { url: q.url },
+                ));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// How an attribute differs, if it does; the policy by statement.
+fn attribute_difference(name: &str, have: Option<&String>, want: &str) -> Option<String> {
+    if name == "Policy" {
+        let want: Value = serde_json::from_str(want).ok()?;
+        let have = have
+            .and_then(|h| serde_json::from_str::<Value>(h).ok())
+            .unwrap_or(Value::Null);
+        return policy::difference(&have, &want);
+    }
+    match have {
+        Some(h) if h == want => None,
+        Some(h) => Some(format!("{h} → {want}")),
+        None => Some(format!("unset → {want}")),
+    }
+}
+
+fn converge_rule(
+    ctx: &Context,
+    name: &str,
+    pattern: &Value,
+    queue_arn: &str,
+    observed: Option<&Rule>,
+    changes: &mut Vec<Change>,
+) -> Result<()> {
+    let resource = format!("eventbridge rule {name}");
+    let put_target = || Action::PutTarget {
+        rule: name.to_string(),
+        queue_arn: queue_arn.to_string(),
+    };
+    let Some(rule) = observed else {
+        changes.push(
+            Change::new(
+                Op::Create,
+                &resource,
+                Action::PutRule {
+                    name: name.to_string(),
+                    pattern: pattern.to_string(),
+                    tags: ctx.tags(),
+                },
+            )
+            .detail(pattern.to_string()),
+        );
+        changes.push(
+            Change::new(Op::Create, &resource, put_target())
+                .field("target")
+                .detail(queue_arn.to_string()),
+        );
+        return Ok(());
+    };
+    adopt_or_refuse(
+        ctx,
+        &resource,
+        &rule.tags,
+        "delete or rename that rule",
+        changes,
+        || {
+            Action::TagRule {
+                arn: rule.arn.clone(),
+                tags: ctx.tags(),
+            }
+            .into()
+        },
+    )?;
+    if &rule.pattern != pattern {
+        changes.push(
+            Change::new(
+                Op::Update,
+                &resource,
+                Action::PutRule {
+                    name: name.to_string(),
+                    pattern: pattern.to_string(),
+                    tags: BTreeMap::new(),
+                },
+            )
+            .field("event pattern")
+            .detail(format!("{} → {pattern}", rule.pattern)),
+        );
+    }
+    if !rule.enabled {
+        changes.push(
+            Change::new(
+                Op::Update,
+                &resource,
+                Action::EnableRule {
+                    name: name.to_string(),
+                },
+            )
+            .field("state")
+            .detail("DISABLED → ENABLED"),
+        );
+    }
+    match rule.targets.get(TARGET_ID) {
+        Some(arn) if arn == queue_arn => {}
+        other => changes.push(
+            Change::new(Op::Update, &resource, put_target())
+                .field("target")
+                .detail(format!(
+                    "{} → {queue_arn}",
+                    other.map_or("none", String::as_str)
+                )),
+        ),
+    }
+    Ok(())
+}
+
+async fn get_queue(ctx: &Context, name: &str) -> Result<Option<Queue>> {
+    let sqs = &ctx.aws.sqs;
+    let url = match sqs.get_queue_url().queue_name(name).send().await {
+        Ok(out) => out.queue_url.unwrap_or_default(),
+        Err(e) if is_missing_queue(code(&e)) => return Ok(None),
+        Err(e) => return Err(failed(&format!("sqs:GetQueueUrl {name}"), e)),
+    };
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .map_err(|e| failed(&format!("sqs:GetQueueAttributes {name}"), e))?
+        .attributes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k.as_str().to_string(), v))
+        .collect();
+    let tags = sqs
+        .list_queue_tags()
+        .queue_url(&url)
+        .send()
+        .await
+        .map_err(|e| failed(&format!("sqs:ListQueueTags {name}"), e))?
+        .tags
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    Ok(Some(Queue {
+        url,
+        attributes,
+        tags,
+    }))
+}
+
+fn is_missing_queue(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some("AWS.SimpleQueueService.NonExistentQueue" | "QueueDoesNotExist")
+    )
+}
+
+async fn get_rule(ctx: &Context, name: &str) -> Result<Option<Rule>> {
+    let events = &ctx.aws.events;
+    let rule = match events.describe_rule().name(name).send().await {
+        Ok(out) => out,
+        Err(e) if code(&e) == Some("ResourceNotFoundException") => return Ok(None),
+        Err(e) => return Err(failed(&format!("events:DescribeRule {name}"), e)),
+    };
+    let arn = rule.arn.clone().unwrap_or_default();
+    let tags = events
+        .list_tags_for_resource()
+        .resource_arn(&arn)
+        .send()
+        .await
+        .map_err(|e| failed(&format!("events:ListTagsForResource {name}"), e))?
+        .tags
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.key, t.value))
+        .collect();
+    let targets = events
+        .list_targets_by_rule()
+        .rule(name)
+        .send()
+        .await
+        .map_err(|e| failed(&format!("events:ListTargetsByRule {name}"), e))?
+        .targets
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.id, t.arn))
+        .collect();
+    Ok(Some(Rule {
+        name: name.to_string(),
+        arn,
+        pattern: rule
+            .event_pattern
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or(Value::Null),
+        enabled: rule.state.as_ref().is_some_and(|s| s.as_str() == "ENABLED"),
+        tags,
+        targets,
+    }))
+}
+
+fn event_tags(tags: &BTreeMap<String, String>) -> Result<Vec<aws_sdk_eventbridge::types::Tag>> {
+    tags.iter()
+        .map(|(k, v)| {
+            aws_sdk_eventbridge::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+                .map_err(anyhow::Error::from)
+        })
+        .collect()
+}
+
+pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
+    let sqs = &ctx.aws.sqs;
+    let events = &ctx.aws.events;
+    match action {
+        Action::CreateQueue {
+            name,
+            attributes,
+            tags,
+        } => create_queue(ctx, name, attributes, tags).await?,
+        Action::TagQueue { url, tags } => {
+            sqs.tag_queue()
+                .queue_url(url)
+                .set_tags(Some(tags.clone().into_iter().collect()))
+                .send()
+                .await
+                .map_err(|e| failed(&format!("sqs:TagQueue {url}"), e))?;
+        }
+        Action::SetQueueAttribute { url, name, value } => {
+            sqs.set_queue_attributes()
+                .queue_url(url)
+                .attributes(name.as_str().into(), value)
+                .send()
+                .await
+                .map_err(|e| failed(&format!("sqs:SetQueueAttributes {name} on {url}"), e))?;
+        }
+        Action::DeleteQueue { url } => match sqs.delete_queue().queue_url(url).send().await {
+            Ok(_) => {}
+            Err(e) if is_missing_queue(code(&e)) => {}
+            Err(e) => return Err(failed(&format!("sqs:DeleteQueue {url}"), e)),
+        },
+        Action::PutRule {
+            name,
+            pattern,
+            tags,
+        } => {
+            events
+                .put_rule()
+                .name(name)
+                .event_pattern(pattern)
+                .state(aws_sdk_eventbridge::types::RuleState::Enabled)
+                .description(format!(
+                    "Node interruption events for EKS cluster {} (jointer)",
+                    ctx.cluster.name
+                ))
+                .set_tags((!tags.is_empty()).then(|| event_tags(tags)).transpose()?)
+                .send()
+                .await
+                .map_err(|e| failed(&format!("events:PutRule {name}"), e))?;
+        }
+        Action::TagRule { arn, tags } => {
+            events
+                .tag_resource()
+                .resource_arn(arn)
+                .set_tags(Some(event_tags(tags)?))
+                .send()
+                .await
+                .map_err(|e| failed(&format!("events:TagResource {arn}"), e))?;
+        }
+        Action::EnableRule { name } => {
+            events
+                .enable_rule()
+                .name(name)
+                .send()
+                .await
+                .map_err(|e| failed(&format!("events:EnableRule {name}"), e))?;
+        }
+        Action::PutTarget { rule, queue_arn } => {
+            let target = aws_sdk_eventbridge::types::Target::builder()
+                .id(TARGET_ID)
+                .arn(queue_arn)
+                .build()?;
+            let out = events
+                .put_targets()
+                .rule(rule)
+                .targets(target)
+                .send()
+                .await
+                .map_err(|e| failed(&format!("events:PutTargets {rule}"), e))?;
+            if out.failed_entry_count() > 0 {
+                bail!(
+                    "events:PutTargets {rule}: {:?}",
+                    out.failed_entries().first().and_then(|f| f.error_message())
+                );
+            }
+        }
+        Action::RemoveTargets { rule, ids } => {
+            events
+                .remove_targets()
+                .rule(rule)
+                .set_ids(Some(ids.clone()))
+                .send()
+                .await
+                .map_err(|e| failed(&format!("events:RemoveTargets {rule}"), e))?;
+        }
+        Action::DeleteRule { name } => match events.delete_rule().name(name).send().await {
+            Ok(_) => {}
+            Err(e) if code(&e) == Some("ResourceNotFoundException") => {}
+            Err(e) => return Err(failed(&format!("events:DeleteRule {name}"), e)),
+        },
+    }
+    Ok(())
+}
+
+/// CreateQueue, waiting out SQS's 60-second ban on a name that was just deleted.
+async fn create_queue(
+    ctx: &Context,
+    name: &str,
+    attributes: &BTreeMap<String, String>,
+    tags: &BTreeMap<String, String>,
+) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let result = ctx
+            .aws
+            .sqs
+            .create_queue()
+            .queue_name(name)
+            .set_attributes(Some(
+                attributes
+                    .iter()
+                    .map(|(k, v)| (k.as_str().into(), v.clone()))
+                    .collect(),
+            ))
+            .set_tags(Some(tags.clone().into_iter().collect()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if code(&e) == Some("AWS.SimpleQueueService.QueueDeletedRecently")
+                    && started.elapsed() < QUEUE_DELETED_RECENTLY_WAIT =>
+            {
+                eprintln!(
+                    "  waiting for SQS to release the name {name} (deleted less than 60 s ago): {} s so far",
+                    started.elapsed().as_secs()
+                );
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            Err(e) => return Err(failed(&format!("sqs:CreateQueue {name}"), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_five_patterns_are_exact() {
+        let patterns: Vec<String> = RULES
+            .iter()
+            .map(|(_, s, d)| event_pattern(s, d).to_string())
+            .collect();
+        assert!(patterns.contains(
+            &r#"{"detail-type":["EC2 Spot Instance Interruption Warning"],"source":["aws.ec2"]}"#
+                .to_string()
+        ));
+        assert!(patterns.contains(
+            &r#"{"detail-type":["AWS Health Event"],"source":["aws.health"]}"#.to_string()
+        ));
+        assert_eq!(patterns.len(), 5);
+    }
+
+    #[test]
+    fn the_queue_policy_allows_eventbridge_and_denies_plain_http() {
+        let doc = queue_policy("arn:aws:sqs:us-east-1:1:demo").to_value();
+        let allow = &doc["Statement"][0];
+        assert_eq!(allow["Action"], "sqs:SendMessage");
+        assert_eq!(
+            allow["Principal"]["Service"],
+            json!(["events.amazonaws.com", "sqs.amazonaws.com"])
+        );
+        let deny = &doc["Statement"][1];
+        assert_eq!(deny["Effect"], "Deny");
+        assert_eq!(deny["Condition"]["Bool"]["aws:SecureTransport"], "false");
+        assert_eq!(
+            attribute_difference("MessageRetentionPeriod", Some(&"345600".into()), "300")
+                .as_deref(),
+            Some("345600 → 300")
+        );
+    }
+}

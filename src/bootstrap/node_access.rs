@@ -1,0 +1,360 @@
+//! Node access: how nodes running as the node role may join the cluster. An EKS access entry
+//! of type `EC2_LINUX` (a `STANDARD` entry leaves nodes NotReady/Unauthorized) when the
+//! cluster's authentication mode allows access entries, else a mapping in the `aws-auth`
+//! ConfigMap, merged with the mappings already there and never clobbering them.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Context as _, Result};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use serde::{Deserialize, Serialize};
+
+use super::aws::{code, failed};
+use super::iam::owned;
+use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::config::NodeAccess;
+
+const ENTRY_TYPE: &str = "EC2_LINUX";
+const AWS_AUTH_NAMESPACE: &str = "kube-system";
+const AWS_AUTH: &str = "aws-auth";
+const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
+const NODE_GROUPS: [&str; 2] = ["system:bootstrappers", "system:nodes"];
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    CreateEntry {
+        principal: String,
+        tags: BTreeMap<String, String>,
+    },
+    TagEntry {
+        arn: String,
+        tags: BTreeMap<String, String>,
+    },
+    /// The type of an access entry cannot change: delete it and create it again.
+    ReplaceEntry {
+        principal: String,
+        tags: BTreeMap<String, String>,
+    },
+    DeleteEntry {
+        principal: String,
+    },
+    /// Add or correct the node role's `mapRoles` entry.
+    MapRole {
+        role_arn: String,
+    },
+    UnmapRole {
+        role_arn: String,
+    },
+}
+
+impl From<Action> for super::Action {
+    fn from(a: Action) -> Self {
+        super::Action::NodeAccess(a)
+    }
+}
+
+/// Which mechanism the config and the cluster call for.
+fn use_access_entry(ctx: &Context) -> Result<bool> {
+    let mode = &ctx.cluster.authentication_mode;
+    match ctx.config.node_role.access {
+        NodeAccess::Auto => Ok(ctx.cluster.access_entries_enabled()),
+        NodeAccess::AwsAuth => Ok(false),
+        NodeAccess::AccessEntry if ctx.cluster.access_entries_enabled() => Ok(true),
+        NodeAccess::AccessEntry => bail!(
+            "nodeRole.access is access-entry but cluster {} authenticates with {mode} only: set nodeRole.access to auto or aws-auth, or switch the cluster to API_AND_CONFIG_MAP",
+            ctx.cluster.name
+        ),
+    }
+}
+
+fn node_role_arn(ctx: &Context) -> String {
+    ctx.scope().node_role_arn()
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::NodeAccess);
+    if use_access_entry(ctx)? {
+        plan_entry(ctx, goal, &mut plan).await?;
+    } else {
+        plan_mapping(ctx, goal, &mut plan).await?;
+    }
+    Ok(plan)
+}
+
+async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
+    let principal = node_role_arn(ctx);
+    let resource = format!("eks access entry {principal}");
+    let entry = match ctx
+        .aws
+        .eks
+        .describe_access_entry()
+        .cluster_name(&ctx.cluster.name)
+        .principal_arn(&principal)
+        .send()
+        .await
+    {
+        Ok(out) => out.access_entry,
+        Err(e) if code(&e) == Some("ResourceNotFoundException") => None,
+        Err(e) => return Err(failed(&format!("eks:DescribeAccessEntry {principal}"), e)),
+    };
+    let tags: BTreeMap<String, String> = entry
+        .as_ref()
+        .and_then(|e| e.tags.clone())
+        .map(|t| t.into_iter().collect())
+        .unwrap_or_default();
+    match (goal, entry) {
+        (Goal::Converge, None) => plan.changes.push(
+            Change::new(
+                Op::Create,
+                &resource,
+                Action::CreateEntry {
+                    principal,
+                    tags: ctx.tags(),
+                },
+            )
+            .detail(format!("type {ENTRY_TYPE}")),
+        ),
+        (Goal::Converge, Some(entry)) => {
+            let kind = entry.r#type.clone().unwrap_or_default();
+            if kind != ENTRY_TYPE {
+                if !owned(ctx, &tags) && !ctx.adopt {
+                    bail!(
+                        "{resource} has type {kind}, which leaves nodes NotReady (Unauthorized), and jointer did not create it: delete it or re-run with --adopt to replace it with an {ENTRY_TYPE} entry"
+                    );
+                }
+                plan.changes.push(
+                    Change::new(
+                        Op::Update,
+                        &resource,
+                        Action::ReplaceEntry {
+                            principal,
+                            tags: ctx.tags(),
+                        },
+                    )
+                    .field("type")
+                    .detail(format!("{kind} → {ENTRY_TYPE} (replaced)")),
+                );
+            } else if !owned(ctx, &tags) {
+                // An EC2_LINUX entry for the node role is exactly what nodes need: use it,
+                // and take it over only when asked.
+                if ctx.adopt {
+                    plan.changes.push(
+                        Change::new(
+                            Op::Update,
+                            &resource,
+                            Action::TagEntry {
+                                arn: entry.access_entry_arn.clone().unwrap_or_default(),
+                                tags: ctx.tags(),
+                            },
+                        )
+                        .field("ownership tags")
+                        .detail("adopted (--adopt)"),
+                    );
+                } else {
+                    plan.warnings.push(format!(
+                        "{resource} was not created by jointer: it is used as it is and teardown leaves it (--adopt takes it over)"
+                    ));
+                }
+            }
+        }
+        (Goal::Remove, Some(_)) if owned(ctx, &tags) => plan.changes.push(Change::new(
+            Op::Delete,
+            &resource,
+            Action::DeleteEntry { principal },
+        )),
+        (Goal::Remove, _) => {}
+    }
+    Ok(())
+}
+
+/// One `mapRoles` entry of aws-auth.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleMapping {
+    pub rolearn: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub username: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
+fn node_mapping(role_arn: &str) -> RoleMapping {
+    RoleMapping {
+        rolearn: role_arn.to_string(),
+        username: NODE_USERNAME.to_string(),
+        groups: NODE_GROUPS.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
+fn map_roles(cm: &ConfigMap) -> Result<Vec<RoleMapping>> {
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("mapRoles"))
+        .map(String::as_str)
+        .unwrap_or("");
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_yaml::from_str(text).with_context(|| {
+        "configmap kube-system/aws-auth: data.mapRoles is not a YAML list of {rolearn, username, groups}; fix it by hand before jointer merges into it"
+    })
+}
+
+async fn aws_auth_api() -> Result<Api<ConfigMap>> {
+    let client = jointer_controller::clients::kube_client()
+        .await
+        .context("connecting to the cluster for the aws-auth ConfigMap (KUBECONFIG)")?;
+    Ok(Api::namespaced(client, AWS_AUTH_NAMESPACE))
+}
+
+async fn plan_mapping(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
+    let role_arn = node_role_arn(ctx);
+    let api = aws_auth_api().await?;
+    let cm = api
+        .get_opt(AWS_AUTH)
+        .await
+        .context("reading configmap kube-system/aws-auth")?;
+    let mappings = match &cm {
+        Some(cm) => map_roles(cm)?,
+        None => Vec::new(),
+    };
+    let current = mappings.iter().find(|m| m.rolearn == role_arn);
+    let resource = "configmap kube-system/aws-auth";
+    let wanted = node_mapping(&role_arn);
+    match (goal, current) {
+        (Goal::Converge, None) => plan.changes.push(
+            Change::new(
+                Op::Create,
+                resource,
+                Action::MapRole {
+                    role_arn: role_arn.clone(),
+                },
+            )
+            .field("mapRoles")
+            .detail(format!("{role_arn} as {NODE_USERNAME}")),
+        ),
+        (Goal::Converge, Some(m)) if *m != wanted => plan.changes.push(
+            Change::new(
+                Op::Update,
+                resource,
+                Action::MapRole {
+                    role_arn: role_arn.clone(),
+                },
+            )
+            .field("mapRoles")
+            .detail(format!(
+                "{role_arn}: username {:?} groups {:?} → {NODE_USERNAME:?} {NODE_GROUPS:?}",
+                m.username, m.groups
+            )),
+        ),
+        (Goal::Remove, Some(_)) => plan.changes.push(
+            Change::new(Op::Delete, resource, Action::UnmapRole { role_arn }).field("mapRoles"),
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Read, merge, write with the read's resourceVersion: a concurrent edit makes the write fail
+/// (409) instead of being overwritten, and the merge is retried on the fresh object.
+async fn edit_mappings(role_arn: &str, add: bool) -> Result<()> {
+    let api = aws_auth_api().await?;
+    for _ in 0..5 {
+        let existing = api.get_opt(AWS_AUTH).await.context("reading aws-auth")?;
+        let mut mappings = match &existing {
+            Some(cm) => map_roles(cm)?,
+            None => Vec::new(),
+        };
+        mappings.retain(|m| m.rolearn != role_arn);
+        if add {
+            mappings.push(node_mapping(role_arn));
+        }
+        let text = serde_yaml::to_string(&mappings)?;
+        let result = match existing {
+            Some(mut cm) => {
+                cm.data
+                    .get_or_insert_with(Default::default)
+                    .insert("mapRoles".into(), text);
+                api.replace(AWS_AUTH, &PostParams::default(), &cm).await
+            }
+            None if add => {
+                let cm = ConfigMap {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(AWS_AUTH.into()),
+                        namespace: Some(AWS_AUTH_NAMESPACE.into()),
+                        ..Default::default()
+                    },
+                    data: Some(BTreeMap::from([("mapRoles".to_string(), text)])),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm).await
+            }
+            None => return Ok(()),
+        };
+        match result {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e).context("writing configmap kube-system/aws-auth"),
+        }
+    }
+    bail!("configmap kube-system/aws-auth kept changing under jointer (5 conflicting writes); re-run apply")
+}
+
+pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
+    let eks = &ctx.aws.eks;
+    let cluster = &ctx.cluster.name;
+    match action {
+        Action::CreateEntry { principal, tags } => {
+            eks.create_access_entry()
+                .cluster_name(cluster)
+                .principal_arn(principal)
+                .r#type(ENTRY_TYPE)
+                .set_tags(Some(tags.clone().into_iter().collect()))
+                .send()
+                .await
+                .map_err(|e| failed(&format!("eks:CreateAccessEntry {principal}"), e))?;
+        }
+        Action::TagEntry { arn, tags } => {
+            eks.tag_resource()
+                .resource_arn(arn)
+                .set_tags(Some(tags.clone().into_iter().collect()))
+                .send()
+                .await
+                .map_err(|e| failed(&format!("eks:TagResource {arn}"), e))?;
+        }
+        Action::ReplaceEntry { principal, tags } => {
+            Box::pin(execute(
+                ctx,
+                &Action::DeleteEntry {
+                    principal: principal.clone(),
+                },
+            ))
+            .await?;
+            Box::pin(execute(
+                ctx,
+                &Action::CreateEntry {
+                    principal: principal.clone(),
+                    tags: tags.clone(),
+                },
+            ))
+            .await?;
+        }
+        Action::DeleteEntry { principal } => {
+            match eks
+                .delete_access_entry()
+                .cluster_name(cluster)
+                .principal_arn(principal)
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if code(&e) == Some("ResourceNotFoundException") => {}
+                Err(e) => return Err(failed(&format!("eks:DeleteAccessEntry {principal}"), e)),
+            }
+        }
+        Action::MapRole { role_arn } => edit_mappings(role_arn, true).await?,
+        Action::UnmapRole { role_arn } => edit_mappings(role_arn, false).await?,
+    }
+    Ok(())
+}
