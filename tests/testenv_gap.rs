@@ -6,35 +6,15 @@
 
 mod support;
 
-use std::io::{Read, Write};
-
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetType,
     InstanceType, RequestLaunchTemplateData, TargetCapacitySpecificationRequest,
 };
-use support::testenv;
+use support::testenv::{self, gap};
 use tokio::sync::Mutex;
 
 static TURN: Mutex<()> = Mutex::const_new(());
-
-/// A call to the gap layer's control API (`/_gap/...`), with a JSON body.
-fn gap(method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
-    testenv::require();
-    let url = std::env::var("JOINTER_GAP_URL").expect("JOINTER_GAP_URL");
-    let host = url.trim_start_matches("http://").trim_end_matches('/');
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut stream = std::net::TcpStream::connect(host).expect("gap layer reachable");
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).expect("request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    let (head, payload) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    assert!(
-        head.starts_with("HTTP/1.1 2") || head.starts_with("HTTP/1.0 2"),
-        "{method} {path}: {head}"
-    );
-    serde_json::from_str(payload).unwrap_or(serde_json::Value::Null)
-}
 
 fn world() -> serde_json::Value {
     static RESET: std::sync::Once = std::sync::Once::new();

@@ -1,6 +1,7 @@
 //! Access to the running test environment (tests/env/up.sh): reads its env file into this
 //! process's environment once, then builds clients exactly as the product does.
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -81,4 +82,69 @@ where
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// A call to the gap layer's control API (`/_gap/...`), with a JSON body; panics unless 2xx.
+pub fn gap(method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+    require();
+    let url = std::env::var("JOINTER_GAP_URL").expect("JOINTER_GAP_URL");
+    let host = url.trim_start_matches("http://").trim_end_matches('/');
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(host).expect("gap layer reachable");
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let (head, payload) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    assert!(
+        head.starts_with("HTTP/1.1 2") || head.starts_with("HTTP/1.0 2"),
+        "{method} {path}: {head}"
+    );
+    serde_json::from_str(payload).unwrap_or(serde_json::Value::Null)
+}
+
+/// A world of its own (tests/env/world.py): a new VPC, subnets, security groups and EKS
+/// cluster named `<prefix>-...`, next to every other test's, so tests need no reset.
+pub fn new_world(prefix: &str) -> serde_json::Value {
+    require();
+    let cluster = unique(prefix);
+    let out = std::env::temp_dir().join(format!("{cluster}.json"));
+    let python = std::env::var("JOINTER_TESTENV_PYTHON").expect("JOINTER_TESTENV_PYTHON");
+    let status = std::process::Command::new(python)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/world.py"))
+        .arg(&out)
+        .env("JOINTER_TEST_CLUSTER", &cluster)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run world.py");
+    assert!(status.success(), "world.py for {cluster} failed");
+    let world = std::fs::read_to_string(&out).expect("world summary");
+    let _ = std::fs::remove_file(&out);
+    serde_json::from_str(&world).expect("world JSON")
+}
+
+/// The gap layer's call log since the last `clear_calls`.
+pub fn calls() -> Vec<serde_json::Value> {
+    gap("GET", "/_gap/calls", None)
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+pub fn clear_calls() {
+    gap("DELETE", "/_gap/calls", None);
+}
+
+/// Operations of the mutating calls in the log.
+pub fn mutating_calls() -> Vec<String> {
+    calls()
+        .iter()
+        .filter(|c| c["mutating"] == true)
+        .map(|c| {
+            format!(
+                "{}:{}",
+                c["service"].as_str().unwrap_or(""),
+                c["operation"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
 }

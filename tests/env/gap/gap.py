@@ -664,10 +664,10 @@ def describe_cluster(gap, call, name):
     net = c.setdefault("kubernetesNetworkConfig", {})
     net.setdefault("serviceIpv4Cidr", "10.96.0.0/16")
     net.setdefault("ipFamily", "ipv4")
-    oidc = c.setdefault("identity", {}).setdefault("oidc", {})
-    if not oidc.get("issuer"):
-        oidc["issuer"] = (f"https://oidc.eks.{call.region}.amazonaws.com/id/"
-                          + hashlib.sha256(name.encode()).hexdigest()[:32].upper())
+    # moto gives every cluster the same issuer; EKS gives each its own.
+    c.setdefault("identity", {}).setdefault("oidc", {})["issuer"] = (
+        f"https://oidc.eks.{call.region}.amazonaws.com/id/"
+        + hashlib.sha256(name.encode()).hexdigest()[:32].upper())
     c.setdefault("status", "ACTIVE")
     with gap.lock:
         override = dict(gap.cluster_overrides.get((call.region, name), {}))
