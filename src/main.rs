@@ -257,14 +257,19 @@ fn crds_yaml() -> Result<String, Failure> {
 }
 
 /// Config and templates are read and validated before any AWS call; then the cluster is
-/// described once.
+/// described once. Teardown skips the templates: a broken template must not keep anyone from
+/// removing what was applied.
 fn bootstrap_context(
     file: &std::path::Path,
     adopt: bool,
+    with_templates: bool,
 ) -> Result<(tokio::runtime::Runtime, bootstrap::Context), Failure> {
     let loaded = config::load(file)?;
-    let nodes = render::node_objects(&loaded)?;
-    let spot_allowed = lint::spot_allowed(&nodes);
+    let spot_allowed = if with_templates {
+        lint::spot_allowed(&render::node_objects(&loaded)?)
+    } else {
+        false
+    };
     let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
     let ctx = runtime.block_on(bootstrap::Context::connect(
         loaded.config,
@@ -281,7 +286,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             config: ConfigFile { file },
             adopt,
         } => {
-            let (rt, ctx) = bootstrap_context(file, *adopt)?;
+            let (rt, ctx) = bootstrap_context(file, *adopt, true)?;
             rt.block_on(bootstrap::run::cmd_plan(&ctx, json))?;
         }
         Command::Apply {
@@ -289,7 +294,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             yes,
             adopt,
         } => {
-            let (rt, ctx) = bootstrap_context(file, *adopt)?;
+            let (rt, ctx) = bootstrap_context(file, *adopt, true)?;
             if !rt.block_on(bootstrap::run::cmd_apply(&ctx, *yes, json))? {
                 return Ok(ExitCode::FAILURE);
             }
@@ -297,7 +302,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
         Command::Drift {
             config: ConfigFile { file },
         } => {
-            let (rt, ctx) = bootstrap_context(file, false)?;
+            let (rt, ctx) = bootstrap_context(file, false, true)?;
             if rt.block_on(bootstrap::run::cmd_drift(&ctx, json))? {
                 return Ok(ExitCode::from(2));
             }
@@ -306,7 +311,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             config: ConfigFile { file },
             yes,
         } => {
-            let (rt, ctx) = bootstrap_context(file, false)?;
+            let (rt, ctx) = bootstrap_context(file, false, false)?;
             if !rt.block_on(bootstrap::run::cmd_teardown(&ctx, *yes, json))? {
                 return Ok(ExitCode::FAILURE);
             }

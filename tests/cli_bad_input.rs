@@ -497,3 +497,34 @@ fn json_output_carries_the_same_diagnostics() {
     assert_eq!(d["line"], 1);
     assert_eq!(d["severity"], "error");
 }
+
+#[test]
+fn apply_refuses_an_interruption_queue_eventbridge_cannot_write_to_before_any_aws_call() {
+    let ws = Workspace::new();
+    ws.write(
+        "jointer.yaml",
+        "cluster: { name: demo, region: us-east-1 }\ninterruption: { kmsKeyId: alias/aws/sqs }\n",
+    );
+    // No AWS endpoint is configured for this test: the config is refused before any call.
+    ws.jointer(&["apply", "--yes"]).refused(&[
+        "jointer.yaml:2:",
+        "interruption.kmsKeyId",
+        "EventBridge cannot use",
+    ]);
+}
+
+#[test]
+fn bootstrap_commands_refuse_bad_templates_before_any_aws_call() {
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[(
+            "pool.yaml",
+            &pool_with_requirement("        - { key: kubernetes.io/arch, operator: In }"),
+        )],
+    );
+    for command in ["plan", "apply", "drift"] {
+        ws.jointer(&[command])
+            .refused(&["pool.yaml", "requirements"]);
+    }
+}

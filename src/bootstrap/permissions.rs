@@ -191,7 +191,7 @@ fn iam_integration(scope: &Scope) -> Document {
     .when(
         "StringEquals",
         "iam:PassedToService",
-        &[scope.partition.ec2_principal()],
+        &ec2_principals(scope),
     );
     let create_profile = Statement::allow(
         "AllowScopedInstanceProfileCreationActions",
@@ -300,6 +300,15 @@ fn iam_integration(scope: &Scope) -> Document {
         read_profile,
         list_profiles,
     ])
+}
+
+/// EC2's service principal everywhere, plus China's own name for it there.
+fn ec2_principals(scope: &Scope) -> Vec<&'static str> {
+    let mut principals = vec!["ec2.amazonaws.com"];
+    if scope.partition.ec2_principal() != principals[0] {
+        principals.push(scope.partition.ec2_principal());
+    }
+    principals
 }
 
 fn eks_integration(scope: &Scope) -> Document {
@@ -601,7 +610,10 @@ mod tests {
         assert_eq!(pass[0].actions, vec!["iam:PassRole".to_string()]);
         assert_eq!(
             pass[0].conditions["StringEquals"]["iam:PassedToService"],
-            vec!["ec2.amazonaws.com.cn".to_string()]
+            vec![
+                "ec2.amazonaws.com".to_string(),
+                "ec2.amazonaws.com.cn".to_string()
+            ]
         );
     }
 
