@@ -57,6 +57,24 @@ struct ConfigFile {
     file: PathBuf,
 }
 
+/// The config and the cluster a bootstrap command works on.
+#[derive(clap::Args)]
+struct Target {
+    #[command(flatten)]
+    config: ConfigFile,
+    /// The kubeconfig context to use (default: the current one). It must point at the
+    /// config's EKS cluster.
+    #[arg(long)]
+    context: Option<String>,
+}
+
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    s.trim_end_matches('s')
+        .parse::<u64>()
+        .map(std::time::Duration::from_secs)
+        .map_err(|_| format!("{s:?} is not a number of seconds"))
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Output {
     Text,
@@ -137,39 +155,56 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
-    /// Show what `apply` would change on AWS, step by step (no writes).
+    /// Show what `apply` would change, on AWS and in the cluster, step by step (no writes).
     Plan {
         #[command(flatten)]
-        config: ConfigFile,
+        target: Target,
         /// Plan to take over resources with jointer's names that jointer did not create.
         #[arg(long)]
         adopt: bool,
     },
-    /// Create or repair the AWS side (IAM, interruption queue and rules, discovery tags, node
-    /// access), then verify it converged. Safe to re-run.
+    /// Create or repair everything: IAM, interruption queue and rules, discovery tags, node
+    /// access, CRDs, the controller, node classes and pools; then verify it converged. Safe to
+    /// re-run.
     Apply {
         #[command(flatten)]
-        config: ConfigFile,
-        /// Do not ask for confirmation (never asked when not on a terminal).
+        target: Target,
+        /// Do not ask for confirmation (never asked when not on a terminal; deleting a
+        /// NodePool removed from the templates needs this or a confirmation).
         #[arg(long, short = 'y')]
         yes: bool,
         /// Take over resources with jointer's names that jointer did not create.
         #[arg(long)]
         adopt: bool,
+        /// Wait until the controller is Available and every EC2NodeClass is Ready.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits.
+        #[arg(long, value_parser = parse_seconds, default_value = "600")]
+        timeout: std::time::Duration,
     },
-    /// Compare the AWS side with the config: exit 0 in sync, 2 on drift, 1 on error.
+    /// Compare AWS and the cluster with the config: exit 0 in sync, 2 on drift, 1 on error.
     Drift {
         #[command(flatten)]
-        config: ConfigFile,
+        target: Target,
     },
-    /// Remove everything jointer created or tagged for the cluster, then prove nothing is left
-    /// (exit 1 listing what is).
+    /// Remove everything jointer created or tagged for the cluster (NodePools and their nodes
+    /// first), then prove nothing is left (exit 1 listing what is).
     Teardown {
         #[command(flatten)]
-        config: ConfigFile,
+        target: Target,
         /// Do not ask for confirmation (never asked when not on a terminal).
         #[arg(long, short = 'y')]
         yes: bool,
+        /// Print what would be removed and stop.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also delete the CRDs, and with them every NodePool, NodeClaim and EC2NodeClass.
+        #[arg(long)]
+        delete_crds: bool,
+        /// How long to wait for nodes to drain and instances to terminate.
+        #[arg(long, value_parser = parse_seconds, default_value = "900")]
+        timeout: std::time::Duration,
     },
     /// Convert Karpenter v1beta1 NodePool/EC2NodeClass YAML to v1 (v1 on stdout, changes on stderr).
     Convert {
@@ -260,59 +295,82 @@ fn crds_yaml() -> Result<String, Failure> {
 /// described once. Teardown skips the templates: a broken template must not keep anyone from
 /// removing what was applied.
 fn bootstrap_context(
-    file: &std::path::Path,
-    adopt: bool,
+    target: &Target,
     with_templates: bool,
+    options: bootstrap::Options,
 ) -> Result<(tokio::runtime::Runtime, bootstrap::Context), Failure> {
-    let loaded = config::load(file)?;
-    let spot_allowed = if with_templates {
-        lint::spot_allowed(&render::node_objects(&loaded)?)
+    let loaded = config::load(&target.config.file)?;
+    let (node_objects, spot_allowed) = if with_templates {
+        let nodes = render::node_objects(&loaded)?;
+        let objects = nodes
+            .objects
+            .iter()
+            .map(|o| serde_json::to_value(&o.object))
+            .collect::<Result<Vec<_>, _>>()?;
+        (objects, lint::spot_allowed(&nodes))
     } else {
-        false
+        (Vec::new(), false)
     };
     let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
-    let ctx = runtime.block_on(bootstrap::Context::connect(
-        loaded.config,
-        adopt,
+    let inputs = bootstrap::Inputs {
+        config_dir: loaded.base_dir().to_path_buf(),
+        config: loaded.config,
+        node_objects,
         spot_allowed,
-    ))?;
+        kube_context: target.context.clone(),
+        options,
+    };
+    let ctx = runtime.block_on(bootstrap::Context::connect(inputs))?;
     Ok((runtime, ctx))
 }
+
+fn options(adopt: bool, delete_crds: bool, timeout: std::time::Duration) -> bootstrap::Options {
+    bootstrap::Options {
+        adopt,
+        delete_crds,
+        timeout,
+    }
+}
+
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn run(cli: &Cli) -> Result<ExitCode, Failure> {
     let json = cli.output == Output::Json;
     match &cli.command {
-        Command::Plan {
-            config: ConfigFile { file },
-            adopt,
-        } => {
-            let (rt, ctx) = bootstrap_context(file, *adopt, true)?;
+        Command::Plan { target, adopt } => {
+            let (rt, ctx) =
+                bootstrap_context(target, true, options(*adopt, false, DEFAULT_TIMEOUT))?;
             rt.block_on(bootstrap::run::cmd_plan(&ctx, json))?;
         }
         Command::Apply {
-            config: ConfigFile { file },
+            target,
             yes,
             adopt,
+            wait,
+            timeout,
         } => {
-            let (rt, ctx) = bootstrap_context(file, *adopt, true)?;
-            if !rt.block_on(bootstrap::run::cmd_apply(&ctx, *yes, json))? {
+            let (rt, ctx) = bootstrap_context(target, true, options(*adopt, false, *timeout))?;
+            if !rt.block_on(bootstrap::run::cmd_apply(&ctx, *yes, *wait, json))? {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Drift {
-            config: ConfigFile { file },
-        } => {
-            let (rt, ctx) = bootstrap_context(file, false, true)?;
+        Command::Drift { target } => {
+            let (rt, ctx) =
+                bootstrap_context(target, true, options(false, false, DEFAULT_TIMEOUT))?;
             if rt.block_on(bootstrap::run::cmd_drift(&ctx, json))? {
                 return Ok(ExitCode::from(2));
             }
         }
         Command::Teardown {
-            config: ConfigFile { file },
+            target,
             yes,
+            dry_run,
+            delete_crds,
+            timeout,
         } => {
-            let (rt, ctx) = bootstrap_context(file, false, false)?;
-            if !rt.block_on(bootstrap::run::cmd_teardown(&ctx, *yes, json))? {
+            let (rt, ctx) =
+                bootstrap_context(target, false, options(false, *delete_crds, *timeout))?;
+            if !rt.block_on(bootstrap::run::cmd_teardown(&ctx, *yes, *dry_run, json))? {
                 return Ok(ExitCode::FAILURE);
             }
         }

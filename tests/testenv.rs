@@ -15,8 +15,14 @@ use support::testenv::{self, unique, wait_for};
 
 async fn install_crds(client: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in jointer_controller::crds::all() {
+    for (_, mut crd) in jointer_controller::crds::all() {
         let name = crd.metadata.name.clone().expect("CRD name");
+        // Labelled as `jointer apply` labels them: the CRDs on this API server are jointer's,
+        // whichever test put them there.
+        crd.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("app.kubernetes.io/managed-by".into(), "jointer".into());
         crds.patch(
             &name,
             &PatchParams::apply("jointer-tests").force(),

@@ -70,6 +70,8 @@ pub struct Cluster {
     pub arn: String,
     pub account: String,
     pub partition: Partition,
+    /// The API server's URL.
+    pub endpoint: String,
     pub vpc_id: String,
     pub subnet_ids: Vec<String>,
     pub security_group_id: Option<String>,
@@ -110,6 +112,7 @@ impl Cluster {
             name: name.clone(),
             region: region.clone(),
             partition: Partition::of_region(region),
+            endpoint: c.endpoint.clone().unwrap_or_default(),
             account,
             arn,
             vpc_id: vpc

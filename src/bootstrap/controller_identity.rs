@@ -67,13 +67,7 @@ struct Association {
 }
 
 fn role_arn(ctx: &Context) -> String {
-    let c = &ctx.cluster;
-    format!(
-        "arn:{}:iam::{}:role/{}",
-        c.partition.name(),
-        c.account,
-        ctx.names.controller_role
-    )
+    ctx.controller_role_arn()
 }
 
 fn policy_arn(ctx: &Context, group: &str) -> String {

@@ -47,6 +47,9 @@ pub enum Action {
     DeleteRole {
         name: String,
     },
+    DeleteInstanceProfile {
+        name: String,
+    },
     CreatePolicy {
         name: String,
         document: String,
@@ -299,7 +302,7 @@ pub fn adopt_or_refuse(
     if owner == Owner::Us {
         return Ok(());
     }
-    if !ctx.adopt {
+    if !ctx.adopt() {
         return Err(ownership::conflict(
             resource,
             &owner,
@@ -517,6 +520,18 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .send()
                 .await
                 .map_err(|e| failed(&format!("iam:DeleteRolePolicy {policy} of {role}"), e))?;
+        }
+        Action::DeleteInstanceProfile { name } => {
+            match iam
+                .delete_instance_profile()
+                .instance_profile_name(name)
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if code(&e) == Some("NoSuchEntity") => {}
+                Err(e) => return Err(failed(&format!("iam:DeleteInstanceProfile {name}"), e)),
+            }
         }
         Action::DeleteRole { name } => match iam.delete_role().role_name(name).send().await {
             Ok(_) => {}

@@ -3,10 +3,16 @@
 //! counts. There is no state file: the world, with jointer's ownership tags, is the state.
 
 pub mod aws;
+pub mod cluster_controller;
+pub mod cluster_crds;
+pub mod cluster_nodes;
 pub mod controller_identity;
 pub mod discovery;
+pub mod helm;
 pub mod iam;
 pub mod interruption;
+pub mod inventory;
+pub mod kube_objects;
 pub mod names;
 pub mod node_access;
 pub mod node_role;
@@ -15,9 +21,15 @@ pub mod permissions;
 pub mod policy;
 pub mod report;
 pub mod run;
+pub mod sweep;
+pub mod waits;
 
-use anyhow::Result;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::config::Config;
 use aws::{Clients, Cluster};
@@ -50,7 +62,8 @@ impl Op {
 
 /// The bootstrap steps, in the order `apply` runs them: discovery tags first (cheap, and what
 /// `drift` reports first), the node role before the controller policy that names it, the queue
-/// before the rules that target it and the policy that grants it.
+/// before the rules that target it and the policy that grants it; then the cluster side, CRDs
+/// before the objects of their kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Step {
@@ -59,20 +72,35 @@ pub enum Step {
     NodeAccess,
     Interruption,
     ControllerIdentity,
+    Crds,
+    ControllerInstall,
+    NodeObjects,
+    Inventory,
+    Sweep,
 }
 
 impl Step {
-    pub const APPLY_ORDER: [Step; 5] = [
+    pub const APPLY_ORDER: [Step; 9] = [
         Step::DiscoveryTags,
         Step::NodeRole,
         Step::NodeAccess,
         Step::Interruption,
         Step::ControllerIdentity,
+        Step::Crds,
+        Step::ControllerInstall,
+        Step::NodeObjects,
+        Step::Inventory,
     ];
 
-    /// Teardown: who uses a resource goes before it (reference §6: identity and access, then
-    /// the rules and queue, then the roles, and the discovery tags last).
-    pub const TEARDOWN_ORDER: [Step; 5] = [
+    /// Teardown (reference §6): NodePools and their nodes, node classes, the controller, CRDs
+    /// (when asked), the sweep of what the controller left on AWS; then identity and access,
+    /// the rules and queue, the roles, and the discovery tags last.
+    pub const TEARDOWN_ORDER: [Step; 10] = [
+        Step::NodeObjects,
+        Step::ControllerInstall,
+        Step::Crds,
+        Step::Inventory,
+        Step::Sweep,
         Step::ControllerIdentity,
         Step::NodeAccess,
         Step::Interruption,
@@ -87,6 +115,11 @@ impl Step {
             Step::NodeAccess => "node access",
             Step::Interruption => "interruption queue and rules",
             Step::ControllerIdentity => "controller identity",
+            Step::Crds => "CRDs",
+            Step::ControllerInstall => "controller install",
+            Step::NodeObjects => "node classes and pools",
+            Step::Inventory => "inventory",
+            Step::Sweep => "sweep of controller-made AWS resources",
         }
     }
 }
@@ -137,6 +170,10 @@ pub enum Action {
     NodeAccess(node_access::Action),
     Interruption(interruption::Action),
     ControllerIdentity(controller_identity::Action),
+    Kube(kube_objects::Action),
+    Helm(helm::Action),
+    Nodes(cluster_nodes::Action),
+    Sweep(sweep::Action),
 }
 
 /// One step's changes and the warnings its observation raised.
@@ -158,34 +195,85 @@ impl StepPlan {
     }
 }
 
+/// How a run behaves beyond the config.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Take over resources with jointer's names that jointer did not create.
+    pub adopt: bool,
+    /// Teardown also deletes the CRDs (and with them every object of their kinds).
+    pub delete_crds: bool,
+    /// How long to wait for nodes to drain, instances to terminate, the controller to run.
+    pub timeout: Duration,
+}
+
+/// What the command line adds to the config.
+pub struct Inputs {
+    pub config: Config,
+    /// The config file's directory (a local Helm chart is relative to it).
+    pub config_dir: PathBuf,
+    /// The rendered, validated node objects; empty for teardown, which needs none.
+    pub node_objects: Vec<Value>,
+    /// A rendered NodePool allows spot (the account then needs the spot service-linked role).
+    pub spot_allowed: bool,
+    /// A kubeconfig context other than the current one.
+    pub kube_context: Option<String>,
+    pub options: Options,
+}
+
 /// Everything a step needs: the config, the cluster, the clients.
 pub struct Context {
     pub config: Config,
+    pub config_dir: PathBuf,
     pub names: Names,
     pub cluster: Cluster,
     pub aws: Clients,
-    /// Take over resources with jointer's names that jointer did not create.
-    pub adopt: bool,
-    /// A rendered NodePool allows spot (the account then needs the spot service-linked role).
+    pub kube: kube::Client,
+    pub kube_context: Option<String>,
+    pub node_objects: Vec<Value>,
     pub spot_allowed: bool,
+    pub options: Options,
 }
 
 impl Context {
-    pub async fn connect(config: Config, adopt: bool, spot_allowed: bool) -> Result<Context> {
+    pub async fn connect(inputs: Inputs) -> Result<Context> {
+        let config = inputs.config;
         let aws = Clients::connect(&config.cluster.region).await;
         let cluster = Cluster::describe(&aws.eks, &config).await?;
+        let kube = kube_client(&cluster, inputs.kube_context.as_deref()).await?;
+        let labels = kube_objects::ownership_labels(&cluster.name);
         Ok(Context {
             names: Names::of(&config),
+            node_objects: inputs
+                .node_objects
+                .into_iter()
+                .map(|o| kube_objects::with_labels(o, &labels))
+                .collect(),
             config,
+            config_dir: inputs.config_dir,
             cluster,
             aws,
-            adopt,
-            spot_allowed,
+            kube,
+            kube_context: inputs.kube_context,
+            spot_allowed: inputs.spot_allowed,
+            options: inputs.options,
         })
+    }
+
+    pub fn adopt(&self) -> bool {
+        self.options.adopt
     }
 
     pub fn tags(&self) -> std::collections::BTreeMap<String, String> {
         ownership::tags(&self.cluster.name)
+    }
+
+    pub fn controller_role_arn(&self) -> String {
+        format!(
+            "arn:{}:iam::{}:role/{}",
+            self.cluster.partition.name(),
+            self.cluster.account,
+            self.names.controller_role
+        )
     }
 
     /// What the controller policies name.
@@ -205,6 +293,42 @@ impl Context {
     }
 }
 
+/// The Kubernetes client from the kubeconfig, refused when it points at another cluster than
+/// the EKS cluster of the config: applying one cluster's setup to another is the mistake a
+/// wrong current context makes easy.
+async fn kube_client(cluster: &Cluster, context: Option<&str>) -> Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let mut config = match kube::Config::from_kubeconfig(&options).await {
+        Ok(config) => config,
+        Err(_) if context.is_none() => kube::Config::infer()
+            .await
+            .context("no Kubernetes access: set KUBECONFIG (e.g. `aws eks update-kubeconfig`)")?,
+        Err(e) => return Err(e).context("reading the kubeconfig context given with --context"),
+    };
+    let server = config.cluster_url.to_string();
+    if !same_endpoint(&server, &cluster.endpoint) {
+        bail!(
+            "the kubeconfig context points at {server}, but EKS cluster {} is served at {}: switch context (or pass --context) before running jointer",
+            cluster.name,
+            cluster.endpoint
+        );
+    }
+    // Tells jointer's requests apart in the API server's audit log.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("jointer/", env!("CARGO_PKG_VERSION"))),
+    ));
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+fn same_endpoint(a: &str, b: &str) -> bool {
+    let norm = |s: &str| s.trim_end_matches('/').to_ascii_lowercase();
+    norm(a) == norm(b)
+}
+
 /// Observes one step and diffs it against the goal.
 pub async fn plan_step(ctx: &Context, step: Step, goal: Goal) -> Result<StepPlan> {
     match step {
@@ -213,6 +337,11 @@ pub async fn plan_step(ctx: &Context, step: Step, goal: Goal) -> Result<StepPlan
         Step::NodeAccess => node_access::plan(ctx, goal).await,
         Step::Interruption => interruption::plan(ctx, goal).await,
         Step::ControllerIdentity => controller_identity::plan(ctx, goal).await,
+        Step::Crds => cluster_crds::plan(ctx, goal).await,
+        Step::ControllerInstall => cluster_controller::plan(ctx, goal).await,
+        Step::NodeObjects => cluster_nodes::plan(ctx, goal).await,
+        Step::Inventory => inventory::plan(ctx, goal).await,
+        Step::Sweep => sweep::plan(ctx, goal).await,
     }
 }
 
@@ -224,5 +353,9 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         Action::NodeAccess(a) => node_access::execute(ctx, a).await,
         Action::Interruption(a) => interruption::execute(ctx, a).await,
         Action::ControllerIdentity(a) => controller_identity::execute(ctx, a).await,
+        Action::Kube(a) => kube_objects::execute(ctx, a).await,
+        Action::Helm(a) => helm::execute(ctx, a).await,
+        Action::Nodes(a) => cluster_nodes::execute(ctx, a).await,
+        Action::Sweep(a) => sweep::execute(ctx, a).await,
     }
 }

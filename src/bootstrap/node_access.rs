@@ -118,7 +118,7 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
         (Goal::Converge, Some(entry)) => {
             let kind = entry.r#type.clone().unwrap_or_default();
             if kind != ENTRY_TYPE {
-                if !owned(ctx, &tags) && !ctx.adopt {
+                if !owned(ctx, &tags) && !ctx.adopt() {
                     bail!(
                         "{resource} has type {kind}, which leaves nodes NotReady (Unauthorized), and jointer did not create it: delete it or re-run with --adopt to replace it with an {ENTRY_TYPE} entry"
                     );
@@ -138,7 +138,7 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
             } else if !owned(ctx, &tags) {
                 // An EC2_LINUX entry for the node role is exactly what nodes need: use it,
                 // and take it over only when asked.
-                if ctx.adopt {
+                if ctx.adopt() {
                     plan.changes.push(
                         Change::new(
                             Op::Update,
@@ -201,16 +201,13 @@ fn map_roles(cm: &ConfigMap) -> Result<Vec<RoleMapping>> {
     })
 }
 
-async fn aws_auth_api() -> Result<Api<ConfigMap>> {
-    let client = jointer_controller::clients::kube_client()
-        .await
-        .context("connecting to the cluster for the aws-auth ConfigMap (KUBECONFIG)")?;
-    Ok(Api::namespaced(client, AWS_AUTH_NAMESPACE))
+fn aws_auth_api(ctx: &Context) -> Api<ConfigMap> {
+    Api::namespaced(ctx.kube.clone(), AWS_AUTH_NAMESPACE)
 }
 
 async fn plan_mapping(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
     let role_arn = node_role_arn(ctx);
-    let api = aws_auth_api().await?;
+    let api = aws_auth_api(ctx);
     let cm = api
         .get_opt(AWS_AUTH)
         .await
@@ -258,8 +255,8 @@ async fn plan_mapping(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<
 
 /// Read, merge, write with the read's resourceVersion: a concurrent edit makes the write fail
 /// (409) instead of being overwritten, and the merge is retried on the fresh object.
-async fn edit_mappings(role_arn: &str, add: bool) -> Result<()> {
-    let api = aws_auth_api().await?;
+async fn edit_mappings(ctx: &Context, role_arn: &str, add: bool) -> Result<()> {
+    let api = aws_auth_api(ctx);
     for _ in 0..5 {
         let existing = api.get_opt(AWS_AUTH).await.context("reading aws-auth")?;
         let mut mappings = match &existing {
@@ -353,8 +350,8 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 Err(e) => return Err(failed(&format!("eks:DeleteAccessEntry {principal}"), e)),
             }
         }
-        Action::MapRole { role_arn } => edit_mappings(role_arn, true).await?,
-        Action::UnmapRole { role_arn } => edit_mappings(role_arn, false).await?,
+        Action::MapRole { role_arn } => edit_mappings(ctx, role_arn, true).await?,
+        Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, false).await?,
     }
     Ok(())
 }

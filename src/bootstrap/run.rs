@@ -24,13 +24,30 @@ pub async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepP
     Ok(steps)
 }
 
-/// Runs every change in order, one line of progress each on stderr. Stops at the first
-/// failure: every step re-observes, so running `apply` again picks up from there.
-pub async fn execute_plan(ctx: &Context, steps: &[StepPlan]) -> Result<usize> {
-    let total: usize = steps.iter().map(|s| s.changes.len()).sum();
+/// Deleting a NodePool terminates its nodes: never done without a confirmation or `--yes`.
+fn needs_explicit_yes(change: &super::Change) -> bool {
+    matches!(
+        change.action,
+        super::Action::Nodes(super::cluster_nodes::Action::DeletePool { .. })
+    )
+}
+
+/// Runs every change in order, one line of progress each on stderr, except those `held`
+/// back. Stops at the first failure: every step re-observes, so running again picks up from
+/// there.
+pub async fn execute_plan(
+    ctx: &Context,
+    steps: &[StepPlan],
+    held: &dyn Fn(&super::Change) -> bool,
+) -> Result<usize> {
+    let total: usize = steps
+        .iter()
+        .flat_map(|s| &s.changes)
+        .filter(|c| !held(c))
+        .count();
     let mut done = 0;
     for step in steps {
-        for change in &step.changes {
+        for change in step.changes.iter().filter(|c| !held(c)) {
             done += 1;
             let started = Instant::now();
             eprint!("[{done}/{total}] {} ... ", report::line(change));
@@ -51,10 +68,14 @@ pub async fn execute_plan(ctx: &Context, steps: &[StepPlan]) -> Result<usize> {
     Ok(done)
 }
 
+fn on_terminal() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
 /// Asks on a terminal only: in CI (no TTY) a prompt would hang the pipeline, so not being on
-/// a terminal counts as `--yes`.
+/// a terminal counts as `--yes` (except for deleting NodePools, see `needs_explicit_yes`).
 fn confirm(question: &str, yes: bool) -> Result<bool> {
-    if yes || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+    if yes || !on_terminal() {
         return Ok(true);
     }
     eprint!("{question} [y/N] ");
@@ -110,12 +131,7 @@ async fn outputs(ctx: &Context) -> Result<Outputs> {
         cluster_arn: ctx.cluster.arn.clone(),
         region: ctx.cluster.region.clone(),
         node_role_arn: scope.node_role_arn(),
-        controller_role_arn: format!(
-            "arn:{}:iam::{}:role/{}",
-            scope.partition.name(),
-            scope.account,
-            ctx.names.controller_role
-        ),
+        controller_role_arn: ctx.controller_role_arn(),
         identity: ctx.config.identity,
         service_account: format!(
             "{}/{}",
@@ -179,7 +195,7 @@ pub async fn cmd_plan(ctx: &Context, json: bool) -> Result<()> {
 }
 
 /// `jointer apply`: observe, diff, show, apply in order, re-observe, verify.
-pub async fn cmd_apply(ctx: &Context, yes: bool, json: bool) -> Result<bool> {
+pub async fn cmd_apply(ctx: &Context, yes: bool, wait: bool, json: bool) -> Result<bool> {
     let started = Instant::now();
     let steps = plan(ctx, Goal::Converge, &Step::APPLY_ORDER).await?;
     let counts = Counts::of(&steps);
@@ -192,7 +208,22 @@ pub async fn cmd_apply(ctx: &Context, yes: bool, json: bool) -> Result<bool> {
         eprintln!("nothing applied");
         return Ok(false);
     }
-    let applied = execute_plan(ctx, &steps).await?;
+    // Confirmed on a terminal or with --yes: everything; otherwise NodePool deletions wait.
+    let confirmed = yes || on_terminal();
+    let held = |c: &super::Change| !confirmed && needs_explicit_yes(c);
+    let held_back: Vec<String> = steps
+        .iter()
+        .flat_map(|s| &s.changes)
+        .filter(|c| held(c))
+        .map(report::line)
+        .collect();
+    let applied = execute_plan(ctx, &steps, &held).await?;
+    if !held_back.is_empty() {
+        bail!(
+            "applied {applied} change(s); held back, because deleting a NodePool terminates its nodes (re-run with --yes to delete):\n  {}",
+            held_back.join("\n  ")
+        );
+    }
     // Verify: a second look must find nothing left to do (nothing to verify when nothing
     // was done: the first look just found that).
     let remaining = if applied > 0 {
@@ -209,6 +240,9 @@ pub async fn cmd_apply(ctx: &Context, yes: bool, json: bool) -> Result<bool> {
             "applied {applied} change(s) but the world still differs (something else is changing it?):\n  {}",
             lines.join("\n  ")
         );
+    }
+    if wait {
+        super::waits::controller_and_classes(ctx).await?;
     }
     let outputs = outputs(ctx).await?;
     if json {
@@ -256,12 +290,27 @@ pub async fn cmd_drift(ctx: &Context, json: bool) -> Result<bool> {
     Ok(drifted)
 }
 
-/// `jointer teardown`: remove what jointer owns, then prove nothing of it is left
-/// (`Ok(false)` lists what is).
-pub async fn cmd_teardown(ctx: &Context, yes: bool, json: bool) -> Result<bool> {
+/// `jointer teardown`: remove what jointer owns, step by step (each observed again just
+/// before it runs, so what the controller left behind while NodePools drained is swept too),
+/// then prove nothing of it is left (`Ok(false)` lists what is).
+pub async fn cmd_teardown(ctx: &Context, yes: bool, dry_run: bool, json: bool) -> Result<bool> {
     let started = Instant::now();
     let steps = plan(ctx, Goal::Remove, &Step::TEARDOWN_ORDER).await?;
     let counts = Counts::of(&steps);
+    if dry_run {
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({
+                    "changes": report::changes_json(&steps),
+                    "summary": counts,
+                }))?
+            );
+        } else {
+            report::print_plan(&steps);
+        }
+        return Ok(true);
+    }
     if !json {
         report::print_plan(&steps);
     }
@@ -269,24 +318,32 @@ pub async fn cmd_teardown(ctx: &Context, yes: bool, json: bool) -> Result<bool> 
         eprintln!("nothing deleted");
         return Ok(false);
     }
-    let removed = execute_plan(ctx, &steps).await?;
+    let mut removed = Vec::new();
+    if counts.total() > 0 {
+        for step in Step::TEARDOWN_ORDER {
+            let fresh = plan(ctx, Goal::Remove, &[step]).await?;
+            execute_plan(ctx, &fresh, &|_| false).await?;
+            removed.extend(report::changes_json(&fresh));
+        }
+    }
     let left = plan(ctx, Goal::Remove, &Step::TEARDOWN_ORDER).await?;
     let leftovers: Vec<String> = left
         .iter()
-        .flat_map(|s| s.changes.iter().map(|c| c.resource.clone()))
+        .flat_map(|s| s.changes.iter().map(report::line))
         .collect();
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({
-                "removed": report::changes_json(&steps),
+                "removed": removed,
                 "leftovers": leftovers,
                 "seconds": started.elapsed().as_secs_f64(),
             }))?
         );
     } else if leftovers.is_empty() {
         println!(
-            "removed {removed} item(s) in {:.1} s; nothing jointer owns for cluster {} is left",
+            "removed {} item(s) in {:.1} s; nothing jointer owns for cluster {} is left",
+            removed.len(),
             started.elapsed().as_secs_f64(),
             ctx.cluster.name
         );

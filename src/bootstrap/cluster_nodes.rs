@@ -1,0 +1,235 @@
+//! The EC2NodeClasses and NodePools rendered from the templates, server-side applied. On
+//! teardown NodePools go first and jointer waits until their NodeClaims and nodes are gone
+//! (the controller drains and terminates them), then the EC2NodeClasses, whose finalizer
+//! removes the instance profiles and launch templates the controller made.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
+use super::{Change, Context, Goal, Op, Step, StepPlan};
+
+pub const NODEPOOL_API: &str = "karpenter.sh/v1";
+pub const NODECLASS_API: &str = "karpenter.k8s.aws/v1";
+const POOL_LABEL: &str = "karpenter.sh/nodepool";
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Delete a NodePool and wait until its NodeClaims and nodes are gone.
+    DeletePool { name: String },
+    /// Delete an EC2NodeClass and wait until its finalizer lets it go.
+    DeleteClass { name: String },
+}
+
+impl From<Action> for super::Action {
+    fn from(a: Action) -> Self {
+        super::Action::Nodes(a)
+    }
+}
+
+pub fn pool_ref(name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: NODEPOOL_API.into(),
+        kind: "NodePool".into(),
+        namespace: None,
+        name: name.into(),
+    }
+}
+
+pub fn class_ref(name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: NODECLASS_API.into(),
+        kind: "EC2NodeClass".into(),
+        namespace: None,
+        name: name.into(),
+    }
+}
+
+/// The delete change for a NodePool or EC2NodeClass, saying what it costs.
+pub fn delete_change(r: &ObjectRef, why: &str) -> Change {
+    if r.kind == "NodePool" {
+        Change::new(
+            Op::Delete,
+            r.label(),
+            Action::DeletePool {
+                name: r.name.clone(),
+            },
+        )
+        .detail(format!("{why}; its nodes are drained and terminated"))
+    } else {
+        Change::new(
+            Op::Delete,
+            r.label(),
+            Action::DeleteClass {
+                name: r.name.clone(),
+            },
+        )
+        .detail(why.to_string())
+    }
+}
+
+/// The NodePools and EC2NodeClasses labelled as jointer's.
+pub async fn labelled(ctx: &Context) -> Result<Vec<ObjectRef>> {
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
+    let mut out = Vec::new();
+    for r in [pool_ref("_"), class_ref("_")] {
+        let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+            continue;
+        };
+        let listed = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| anyhow::anyhow!("listing {}s: {e}", r.kind))?;
+        for o in listed {
+            if let Some(name) = o.metadata.name {
+                out.push(ObjectRef { name, ..r.clone() });
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::NodeObjects);
+    match goal {
+        Goal::Converge => {
+            for object in &ctx.node_objects {
+                kube_objects::converge(ctx, object.clone(), &mut plan.changes).await?;
+            }
+        }
+        Goal::Remove => {
+            let mut found = labelled(ctx).await?;
+            // NodePools before the classes they use.
+            found.sort_by_key(|r| r.kind != "NodePool");
+            for r in found {
+                plan.changes.push(delete_change(&r, "teardown"));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// The Deployment that runs the controller, by install mode.
+fn controller_deployment(ctx: &Context) -> Option<(String, String)> {
+    let ns = ctx.config.controller.namespace.clone();
+    match ctx.config.controller.install {
+        crate::config::Install::Bundled => {
+            Some((ns, super::cluster_controller::DEPLOYMENT.to_string()))
+        }
+        crate::config::Install::Helm => Some((ns, super::helm::RELEASE.to_string())),
+        crate::config::Install::None => None,
+    }
+}
+
+pub async fn controller_available(ctx: &Context) -> Result<bool> {
+    let Some((ns, name)) = controller_deployment(ctx) else {
+        return Ok(true); // installed by someone else: assume it runs
+    };
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(ctx.kube.clone(), &ns);
+    let found = api.get_opt(&name).await?;
+    Ok(found
+        .and_then(|d| d.status)
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        > 0)
+}
+
+async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
+    let r = ObjectRef {
+        api_version: NODEPOOL_API.into(),
+        kind: "NodeClaim".into(),
+        namespace: None,
+        name: String::new(),
+    };
+    let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+        return Ok(0);
+    };
+    let selector = format!("{POOL_LABEL}={pool}");
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .len())
+}
+
+async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
+    let api: Api<Node> = Api::all(ctx.kube.clone());
+    let selector = format!("{POOL_LABEL}={pool}");
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .len())
+}
+
+async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
+    match kube_objects::api_for(&ctx.kube, r).await? {
+        Some(api) => Ok(kube_objects::get(&api, r).await?.is_some()),
+        None => Ok(false),
+    }
+}
+
+/// Polls until `left` reports nothing left, printing progress every 10 s; fails at the
+/// timeout, or at once when something is left and no controller runs to remove it.
+async fn wait_until_gone(
+    ctx: &Context,
+    what: &str,
+    r: &ObjectRef,
+    pool: Option<&str>,
+) -> Result<()> {
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let (claims, nodes) = match pool {
+            Some(p) => (count_claims(ctx, p).await?, count_nodes(ctx, p).await?),
+            None => (0, 0),
+        };
+        let object_left = exists(ctx, r).await?;
+        if claims == 0 && nodes == 0 && !object_left {
+            return Ok(());
+        }
+        let left = match pool {
+            Some(_) => format!("{claims} NodeClaim(s), {nodes} node(s) left"),
+            None => "finalizer pending".to_string(),
+        };
+        if !controller_available(ctx).await? {
+            bail!(
+                "{what}: {left}, and no controller is running to drain and terminate them (its Deployment has no available replica): start the controller and re-run teardown"
+            );
+        }
+        if started.elapsed() > ctx.options.timeout {
+            bail!(
+                "{what}: {left} after {} s (--timeout): see `kubectl get nodeclaims` and the controller's logs",
+                started.elapsed().as_secs()
+            );
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "  waiting for {what}: {left} ({} s)",
+                started.elapsed().as_secs()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
+    let (r, pool) = match action {
+        Action::DeletePool { name } => (pool_ref(name), Some(name.as_str())),
+        Action::DeleteClass { name } => (class_ref(name), None),
+    };
+    if let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? {
+        kube_objects::delete(&api, &r).await?;
+    }
+    wait_until_gone(ctx, &r.label(), &r, pool).await
+}
+
+/// The rendered objects' refs.
+pub fn desired_refs(objects: &[Value]) -> Result<Vec<ObjectRef>> {
+    objects.iter().map(ObjectRef::of).collect()
+}

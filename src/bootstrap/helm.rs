@@ -1,0 +1,184 @@
+//! `controller.install: helm`: the upstream chart through the `helm` CLI, with the values the
+//! AWS side determines (cluster name and endpoint, the queue *name*, the IRSA annotation).
+
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::{json, Value};
+
+use super::kube_objects::differences;
+use super::{Change, Context, Goal, Op, StepPlan};
+
+pub const RELEASE: &str = "karpenter";
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    UpgradeInstall { values: Value },
+    Uninstall,
+}
+
+impl From<Action> for super::Action {
+    fn from(a: Action) -> Self {
+        super::Action::Helm(a)
+    }
+}
+
+/// The values jointer sets; the chart's defaults cover the rest.
+pub fn values(ctx: &Context) -> Value {
+    let mut sa = json!({ "name": ctx.config.controller.service_account_name() });
+    let role = super::cluster_controller::irsa_role_arn(ctx);
+    if !role.is_empty() {
+        sa["annotations"] = json!({ "eks.amazonaws.com/role-arn": role });
+    }
+    json!({
+        "settings": {
+            "clusterName": ctx.cluster.name,
+            "clusterEndpoint": ctx.cluster.endpoint,
+            "interruptionQueue": ctx.scope().queue_name.unwrap_or_default(),
+        },
+        "serviceAccount": sa,
+        "replicas": ctx.config.controller.replicas,
+    })
+}
+
+/// The chart reference: a local chart directory is taken relative to the config file.
+fn chart(ctx: &Context) -> String {
+    let chart = &ctx.config.controller.helm.chart;
+    let local = ctx.config_dir.join(chart);
+    if !chart.contains("://") && local.is_dir() {
+        return local.display().to_string();
+    }
+    chart.clone()
+}
+
+fn helm(ctx: &Context, args: &[&str]) -> Result<std::process::Output> {
+    let mut cmd = Command::new("helm");
+    cmd.args(args)
+        .args(["--namespace", &ctx.config.controller.namespace]);
+    if let Some(context) = &ctx.kube_context {
+        cmd.args(["--kube-context", context]);
+    }
+    match cmd.output() {
+        Ok(out) => Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "controller.install is helm, but the helm CLI is not on PATH: install Helm 3 (https://helm.sh/docs/intro/install/) or set controller.install: bundled"
+        ),
+        Err(e) => Err(e).context("running helm"),
+    }
+}
+
+fn run_ok(ctx: &Context, args: &[&str]) -> Result<String> {
+    let out = helm(ctx, args)?;
+    if !out.status.success() {
+        bail!(
+            "helm {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The release as Helm lists it, if installed.
+fn release(ctx: &Context) -> Result<Option<Value>> {
+    let listed = run_ok(
+        ctx,
+        &[
+            "list",
+            "--filter",
+            &format!("^{RELEASE}$"),
+            "--all",
+            "-o",
+            "json",
+        ],
+    )?;
+    let releases: Vec<Value> = serde_json::from_str(&listed).context("helm list output")?;
+    Ok(releases.into_iter().next())
+}
+
+pub async fn plan(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
+    let resource = format!("helm release {}/{RELEASE}", ctx.config.controller.namespace);
+    let installed = release(ctx)?;
+    let desired = values(ctx);
+    match (goal, installed) {
+        (Goal::Converge, None) => plan.changes.push(
+            Change::new(
+                Op::Create,
+                &resource,
+                Action::UpgradeInstall { values: desired },
+            )
+            .detail(chart_detail(ctx)),
+        ),
+        (Goal::Converge, Some(release)) => {
+            let current: Value =
+                serde_json::from_str(&run_ok(ctx, &["get", "values", RELEASE, "-o", "json"])?)
+                    .unwrap_or(Value::Null);
+            let mut why = differences(&current, &desired);
+            let status = release["status"].as_str().unwrap_or("");
+            if status != "deployed" {
+                why.push(format!("status: {status} → deployed"));
+            }
+            if let Some(version) = &ctx.config.controller.helm.version {
+                let chart = release["chart"].as_str().unwrap_or("");
+                if !chart.ends_with(&format!("-{version}")) {
+                    why.push(format!("chart: {chart} → version {version}"));
+                }
+            }
+            if !why.is_empty() {
+                plan.changes.push(
+                    Change::new(
+                        Op::Update,
+                        &resource,
+                        Action::UpgradeInstall { values: desired },
+                    )
+                    .field("values")
+                    .detail(why.join("; ")),
+                );
+            }
+        }
+        (Goal::Remove, Some(_)) => {
+            plan.changes
+                .push(Change::new(Op::Delete, &resource, Action::Uninstall));
+        }
+        (Goal::Remove, None) => {}
+    }
+    Ok(())
+}
+
+fn chart_detail(ctx: &Context) -> String {
+    match &ctx.config.controller.helm.version {
+        Some(v) => format!("{} {v}", chart(ctx)),
+        None => chart(ctx),
+    }
+}
+
+pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
+    match action {
+        Action::UpgradeInstall { values } => {
+            // Removed when dropped, whatever helm did.
+            let file = values_file(values)?;
+            let chart = chart(ctx);
+            let path = file.path().display().to_string();
+            let mut args = vec!["upgrade", "--install", RELEASE, &chart, "--values", &path];
+            if let Some(version) = &ctx.config.controller.helm.version {
+                args.extend(["--version", version]);
+            }
+            run_ok(ctx, &args)?;
+        }
+        Action::Uninstall => {
+            run_ok(ctx, &["uninstall", RELEASE, "--wait"])?;
+        }
+    }
+    Ok(())
+}
+
+fn values_file(values: &Value) -> Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::Builder::new()
+        .prefix("jointer-helm-values-")
+        .suffix(".json")
+        .tempfile()
+        .context("creating a temporary values file")?;
+    std::io::Write::write_all(&mut file, serde_json::to_string_pretty(values)?.as_bytes())
+        .context("writing the helm values file")?;
+    Ok(file)
+}
