@@ -98,6 +98,9 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     match goal {
         Goal::Converge => {
             for object in &ctx.node_objects {
+                if let Some(warning) = foreign_role(ctx, object) {
+                    plan.warnings.push(warning);
+                }
                 kube_objects::converge(ctx, object.clone(), &mut plan.changes).await?;
             }
         }
@@ -111,6 +114,23 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         }
     }
     Ok(plan)
+}
+
+/// An EC2NodeClass whose nodes run as a role jointer does not manage: its access entry,
+/// policies and instance-profile permission (`iam:PassRole`) are then someone else's to get
+/// right.
+fn foreign_role(ctx: &Context, object: &Value) -> Option<String> {
+    if object["kind"] != "EC2NodeClass" {
+        return None;
+    }
+    let role = object.pointer("/spec/role").and_then(Value::as_str)?;
+    (role != ctx.names.node_role).then(|| {
+        format!(
+            "EC2NodeClass {} uses role {role}, which jointer does not manage (its node role is {}): the controller may not pass it (iam:PassRole) and nodes may not be allowed to join",
+            object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?"),
+            ctx.names.node_role
+        )
+    })
 }
 
 /// The Deployment that runs the controller, by install mode.

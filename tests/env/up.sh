@@ -216,6 +216,17 @@ egressSelections:
       uds:
         udsName: ${no_egress_socket}
 EOF
+# The audit log records every write (not reads) with its user agent, so tests can prove a
+# converged `jointer apply` writes nothing to the API server.
+cat > "${RUN_DIR}/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+EOF
 phase "certificates and kubeconfigs written"
 
 # ---- process management ----------------------------------------------------------------
@@ -291,6 +302,10 @@ start_process kube-apiserver "${K8S_BIN}/kube-apiserver" \
   --allow-privileged=true \
   --endpoint-reconciler-type=none \
   --egress-selector-config-file="${RUN_DIR}/egress-selector.yaml" \
+  --audit-policy-file="${RUN_DIR}/audit-policy.yaml" \
+  --audit-log-path="${RUN_DIR}/audit.log" \
+  --audit-log-maxsize=100 \
+  --audit-log-maxbackup=1 \
   --requestheader-client-ca-file="${PKI_DIR}/front-proxy-ca.crt" \
   --requestheader-allowed-names=front-proxy-client \
   --requestheader-username-headers=X-Remote-User \
@@ -345,6 +360,9 @@ wait_until kube-controller-manager 60 \
 phase "kube-controller-manager and kube-scheduler ready (default/default ServiceAccount exists)"
 
 # ---- kwok ------------------------------------------------------------------------------
+# --node-lease-duration-seconds: kwok then renews node Leases the way a kubelet does; without
+#   them its status heartbeat (about once a minute) is slower than the controller-manager's
+#   50 s grace period and nodes flap NotReady for a few seconds every minute.
 # Manages only nodes annotated kwok.x-k8s.io/node=fake, so a test can also create Node
 # objects that nothing answers for (a node that never becomes Ready). A clean HOME keeps
 # a developer's ~/.kwok configuration out of the run.
@@ -354,6 +372,7 @@ HOME="${RUN_DIR}/kwok-home" start_process kwok "${KWOK_BIN}/kwok" \
   --manage-all-nodes=false \
   --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --server-address="127.0.0.1:${KWOK_PORT}" \
+  --node-lease-duration-seconds=40 \
   --cidr=10.244.0.1/16
 wait_until kwok 30 curl -fsS --max-time 2 "http://127.0.0.1:${KWOK_PORT}/healthz"
 phase "kwok ${KWOK_VERSION} ready"

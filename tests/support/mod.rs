@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod testenv;
+pub mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -148,3 +148,50 @@ pub fn mutating_calls() -> Vec<String> {
         })
         .collect()
 }
+
+fn audit_log() -> PathBuf {
+    require();
+    PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir")).join("audit.log")
+}
+
+/// The API server's audit log (writes only, see tests/env/up.sh): its current length, to
+/// read what is logged after it.
+pub fn audit_offset() -> u64 {
+    std::fs::metadata(audit_log()).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Writes to the API server by jointer (user agent `jointer/...`) logged after `offset`, as
+/// `VERB URI`; server-side dry runs are not writes and are left out.
+pub fn jointer_kube_writes_since(offset: u64) -> Vec<String> {
+    let text = std::fs::read(audit_log()).expect("audit log");
+    let start = (offset as usize).min(text.len());
+    String::from_utf8_lossy(&text[start..])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("jointer/"))
+        })
+        .filter(|e| !e["requestURI"].as_str().unwrap_or("").contains("dryRun="))
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["verb"].as_str().unwrap_or(""),
+                e["requestURI"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// Requests by jointer logged after `offset` (writes only are logged).
+pub fn jointer_kube_requests_since(offset: u64) -> usize {
+    let text = std::fs::read(audit_log()).expect("audit log");
+    let start = (offset as usize).min(text.len());
+    String::from_utf8_lossy(&text[start..])
+        .lines()
+        .filter(|l| l.contains("\"userAgent\":\"jointer/"))
+        .filter(|l| l.contains("\"stage\":\"ResponseComplete\""))
+        .count()
+}
