@@ -26,10 +26,12 @@ fn load() -> Result<(), String> {
         let Some((key, value)) = rest.split_once('=') else {
             continue;
         };
-        if key == "PATH" {
-            continue;
-        }
-        let value = value.trim_matches(|c| c == '\'' || c == '"');
+        // PATH puts the environment's kubectl and helm first: `dir:...:"$PATH"`.
+        let value = if key == "PATH" {
+            value.replace("\"$PATH\"", &std::env::var("PATH").unwrap_or_default())
+        } else {
+            value.trim_matches(|c| c == '\'' || c == '"').to_string()
+        };
         // Set once, before any test spawns threads that read the environment.
         std::env::set_var(key, value);
     }

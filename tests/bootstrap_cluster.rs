@@ -1,0 +1,807 @@
+//! The cluster side of the bootstrap against the real API server (and moto): CRDs upgraded in
+//! place, the controller bundle or Helm release, node classes and pools, prune, drift, RBAC,
+//! `apply --wait` and the complete teardown with its sweep. The local API server stands in for
+//! every test world's EKS cluster, so these tests take turns and each leaves it as it found it.
+
+mod support;
+
+use std::time::Instant;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{json, Value};
+use support::testenv::{
+    self, audit_offset, clear_calls, jointer_kube_writes_since, mutating_calls,
+};
+use support::world::Setup;
+use tokio::sync::Mutex;
+
+static TURN: Mutex<()> = Mutex::const_new(());
+
+fn nodepools(client: &kube::Client) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+        "nodepools",
+    );
+    Api::all_with(client.clone(), &resource)
+}
+
+fn nodeclasses(client: &kube::Client) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass"),
+        "ec2nodeclasses",
+    );
+    Api::all_with(client.clone(), &resource)
+}
+
+/// Every test ends with this: nothing of jointer's left in the cluster or on AWS.
+fn torn_down(s: &Setup) {
+    let run = s.jointer(&["teardown", "--yes"]);
+    assert_eq!(run.code, 0, "teardown: {run:#?}");
+}
+
+#[tokio::test]
+async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_nothing() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-apply", "").await;
+    let client = testenv::kube().await;
+
+    let offset = audit_offset();
+    clear_calls();
+    let started = Instant::now();
+    s.apply();
+    let cold = started.elapsed();
+    let cold_writes = jointer_kube_writes_since(offset).len();
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    let d = deployments
+        .get("jointer-controller")
+        .await
+        .expect("deployment");
+    let spec = d.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.expect("pod spec");
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    let env: Vec<(String, String)> = pod.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    assert!(
+        env.contains(&("CLUSTER_NAME".into(), s.cluster.clone())),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&("INTERRUPTION_QUEUE".into(), s.cluster.clone())),
+        "{env:?}"
+    );
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+    let sa = sa.get("jointer-controller").await.expect("service account");
+    assert!(
+        sa.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("eks.amazonaws.com/role-arn")
+            .is_none(),
+        "no IRSA annotation with Pod Identity"
+    );
+    let pool = nodepools(&client)
+        .get("default")
+        .await
+        .expect("NodePool default");
+    assert_eq!(
+        pool.metadata.labels.unwrap_or_default()["app.kubernetes.io/managed-by"],
+        "jointer"
+    );
+    let class = nodeclasses(&client)
+        .get("default")
+        .await
+        .expect("EC2NodeClass default");
+    assert_eq!(class.data["spec"]["role"], s.node_role());
+    let inventory: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    let listed = inventory.get("jointer-inventory").await.expect("inventory");
+    assert!(listed.data.unwrap_or_default()["objects"].contains("\"NodePool\""));
+
+    // Converged: nothing written anywhere.
+    let offset = audit_offset();
+    clear_calls();
+    let started = Instant::now();
+    let again = s.apply();
+    let warm = started.elapsed();
+    assert!(again.stdout.contains("already converged"), "{again:#?}");
+    assert_eq!(jointer_kube_writes_since(offset), Vec::<String>::new());
+    assert_eq!(mutating_calls(), Vec::<String>::new());
+    let warm_aws = testenv::calls().len();
+
+    let started = Instant::now();
+    s.in_sync();
+    let drift = started.elapsed();
+
+    let offset = audit_offset();
+    clear_calls();
+    let started = Instant::now();
+    torn_down(&s);
+    let teardown = started.elapsed();
+    eprintln!(
+        "figures (whole setup): cold apply {:.2} s, {cold_writes} API server writes; converged apply {:.2} s, {warm_aws} AWS calls, 0 writes; drift {:.2} s; teardown {:.2} s, {} AWS calls, {} API server writes",
+        cold.as_secs_f64(),
+        warm.as_secs_f64(),
+        drift.as_secs_f64(),
+        teardown.as_secs_f64(),
+        testenv::calls().len(),
+        jointer_kube_writes_since(offset).len()
+    );
+    assert!(nodepools(&client)
+        .get_opt("default")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(deployments
+        .get_opt("jointer-controller")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(inventory
+        .get_opt("jointer-inventory")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test]
+async fn an_older_crd_is_drift_and_apply_upgrades_it_in_place_keeping_the_objects() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-crd", "").await;
+    let client = testenv::kube().await;
+    s.apply();
+
+    // What an older release left: the NodePool schema without `weight`, an older version label.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut old = crds.get("nodepools.karpenter.sh").await.unwrap();
+    old.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("jointer.dev/version".into(), "0.0.1".into());
+    for version in &mut old.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut())
+            .expect("spec properties");
+        assert!(spec.remove("weight").is_some());
+    }
+    crds.replace("nodepools.karpenter.sh", &PostParams::default(), &old)
+        .await
+        .expect("downgrade the CRD");
+
+    let run = s.jointer(&["drift"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(
+        run.stdout.lines().any(
+            |l| l.contains("CustomResourceDefinition nodepools.karpenter.sh")
+                && l.contains("jointer.dev/version")
+                && l.contains("0.0.1")
+        ),
+        "{}",
+        run.stdout
+    );
+    s.apply();
+    s.in_sync();
+    let upgraded = crds.get("nodepools.karpenter.sh").await.unwrap();
+    let served = serde_json::to_value(&upgraded.spec.versions[0]).unwrap();
+    assert!(
+        served
+            .pointer("/schema/openAPIV3Schema/properties/spec/properties/weight")
+            .is_some(),
+        "the new schema is served"
+    );
+    assert!(
+        nodepools(&client)
+            .get_opt("default")
+            .await
+            .unwrap()
+            .is_some(),
+        "objects survive the upgrade"
+    );
+    torn_down(&s);
+}
+
+#[tokio::test]
+async fn a_pool_dropped_from_the_templates_is_pruned_only_with_yes() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-prune", "templates: { dir: nodes }").await;
+    let client = testenv::kube().await;
+    let class = format!(
+        "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{ name: default }}
+spec:
+  role: {}
+  amiSelectorTerms: [ {{ alias: al2023@latest }} ]
+  subnetSelectorTerms: [ {{ tags: {{ karpenter.sh/discovery: {} }} }} ]
+  securityGroupSelectorTerms: [ {{ tags: {{ karpenter.sh/discovery: {} }} }} ]
+",
+        s.node_role(),
+        s.cluster,
+        s.cluster
+    );
+    let pool = |name: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{ name: {name} }}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{ group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }}
+      requirements:
+        - {{ key: karpenter.sh/capacity-type, operator: In, values: [on-demand, spot] }}
+  limits: {{ cpu: 100 }}
+"
+        )
+    };
+    s.ws.write("nodes/class.yaml", &class);
+    s.ws.write("nodes/general.yaml", &pool("general"));
+    s.ws.write("nodes/batch.yaml", &pool("batch"));
+    s.apply();
+    assert!(nodepools(&client).get_opt("batch").await.unwrap().is_some());
+
+    std::fs::remove_file(s.ws.path("nodes/batch.yaml")).unwrap();
+    let plan = s.jointer(&["plan"]);
+    assert_eq!(plan.code, 0, "{plan:#?}");
+    assert!(
+        plan.stdout.lines().any(|l| l.contains("- NodePool batch")
+            && l.contains("no longer in the templates")
+            && l.contains("drained and terminated")),
+        "{}",
+        plan.stdout
+    );
+    // Not on a terminal and no --yes: everything else, but not the pool.
+    let held = s.jointer(&["apply"]);
+    assert_eq!(held.code, 1, "{held:#?}");
+    assert!(
+        held.stderr.contains("held back") && held.stderr.contains("NodePool batch"),
+        "{}",
+        held.stderr
+    );
+    assert!(nodepools(&client).get_opt("batch").await.unwrap().is_some());
+    s.apply();
+    assert!(nodepools(&client).get_opt("batch").await.unwrap().is_none());
+    assert!(nodepools(&client)
+        .get_opt("general")
+        .await
+        .unwrap()
+        .is_some());
+    s.in_sync();
+    torn_down(&s);
+}
+
+#[tokio::test]
+async fn a_pool_edited_by_another_field_manager_is_drift_and_apply_takes_it_back() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-drift", "").await;
+    let client = testenv::kube().await;
+    s.apply();
+    nodepools(&client)
+        .patch(
+            "default",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"}, "spec": {"limits": {"cpu": "5"}}})),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    deployments
+        .patch(
+            "jointer-controller",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    let run = s.jointer(&["drift"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(
+        run.stdout.lines().any(|l| l.contains("NodePool default")
+            && l.contains("spec.limits.cpu")
+            && l.contains("5 → ")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.contains("Deployment kube-system/jointer-controller")
+                && l.contains("spec.replicas")
+                && l.contains("4 → 2")),
+        "{}",
+        run.stdout
+    );
+    let json = s.jointer(&["drift", "-o", "json"]);
+    let report: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(report["inSync"], false);
+    s.apply();
+    s.in_sync();
+    let pool = nodepools(&client).get("default").await.unwrap();
+    assert_ne!(pool.data["spec"]["limits"]["cpu"], "5");
+    torn_down(&s);
+}
+
+#[tokio::test]
+async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-rbac", "").await;
+    s.apply();
+    let admin = testenv::kube().await;
+    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
+    let token = sa
+        .create_token_request(
+            "jointer-controller",
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: None,
+                    expiration_seconds: Some(600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("token")
+        .status
+        .and_then(|s| s.token)
+        .expect("a token");
+    let mut config = kube::Config::infer().await.unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    let controller = kube::Client::try_from(config).unwrap();
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(controller);
+    let can = |verb: &str, group: &str, resource: &str, sub: &str, ns: &str| {
+        let reviews = reviews.clone();
+        let attrs = ResourceAttributes {
+            verb: Some(verb.into()),
+            group: Some(group.into()),
+            resource: Some(resource.into()),
+            subresource: (!sub.is_empty()).then(|| sub.into()),
+            namespace: (!ns.is_empty()).then(|| ns.into()),
+            ..Default::default()
+        };
+        async move {
+            reviews
+                .create(
+                    &PostParams::default(),
+                    &SelfSubjectAccessReview {
+                        spec: SelfSubjectAccessReviewSpec {
+                            resource_attributes: Some(attrs),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    },
+                )
+                .await
+                .expect("review")
+                .status
+                .expect("status")
+                .allowed
+        }
+    };
+    for (verb, group, resource, sub, ns) in [
+        ("watch", "karpenter.sh", "nodepools", "", ""),
+        ("create", "karpenter.sh", "nodeclaims", "", ""),
+        ("patch", "karpenter.sh", "nodeclaims", "status", ""),
+        ("patch", "karpenter.sh", "nodepools", "status", ""),
+        ("update", "karpenter.k8s.aws", "ec2nodeclasses", "", ""),
+        ("patch", "karpenter.k8s.aws", "ec2nodeclasses", "status", ""),
+        ("list", "", "pods", "", ""),
+        ("delete", "", "nodes", "", ""),
+        ("create", "", "pods", "eviction", "default"),
+        ("list", "policy", "poddisruptionbudgets", "", ""),
+        ("list", "apps", "daemonsets", "", ""),
+        ("list", "storage.k8s.io", "csinodes", "", ""),
+        ("create", "", "events", "", "default"),
+        ("update", "coordination.k8s.io", "leases", "", "kube-system"),
+    ] {
+        assert!(
+            can(verb, group, resource, sub, ns).await,
+            "{verb} {group}/{resource}/{sub} must be allowed"
+        );
+    }
+    for (verb, group, resource, sub, ns) in [
+        ("get", "", "secrets", "", "kube-system"),
+        ("delete", "apps", "deployments", "", "kube-system"),
+        ("create", "", "pods", "", "default"),
+        ("patch", "karpenter.sh", "nodepools", "", ""),
+        ("update", "coordination.k8s.io", "leases", "", "default"),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            "",
+            "",
+        ),
+    ] {
+        assert!(
+            !can(verb, group, resource, sub, ns).await,
+            "{verb} {group}/{resource} must be forbidden"
+        );
+    }
+    torn_down(&s);
+}
+
+#[tokio::test]
+async fn the_helm_path_installs_and_upgrades_the_chart_with_values_from_the_aws_side() {
+    let _turn = TURN.lock().await;
+    let chart = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/chart/karpenter"
+    );
+    let s = Setup::new(
+        "bc-helm",
+        &format!("controller: {{ install: helm, helm: {{ chart: {chart} }} }}\nidentity: irsa"),
+    )
+    .await;
+    let client = testenv::kube().await;
+    let run = s.apply();
+    assert!(
+        run.stdout.contains("+ helm release kube-system/karpenter"),
+        "{}",
+        run.stdout
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    let d = deployments
+        .get("karpenter")
+        .await
+        .expect("chart's deployment");
+    let env: Vec<(String, String)> = d.spec.template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    assert!(
+        env.contains(&("CLUSTER_NAME".into(), s.cluster.clone())),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&("INTERRUPTION_QUEUE".into(), s.cluster.clone())),
+        "{env:?}"
+    );
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+    let sa = sa.get("karpenter").await.expect("chart's service account");
+    assert_eq!(
+        sa.metadata.annotations.unwrap_or_default()["eks.amazonaws.com/role-arn"],
+        s.account_arn(&format!("role/{}", s.controller_role()))
+    );
+    assert!(deployments
+        .get_opt("jointer-controller")
+        .await
+        .unwrap()
+        .is_none());
+    s.in_sync();
+
+    // A value derived from the AWS side changes: the release is upgraded.
+    s.ws.write(
+        "jointer.yaml",
+        &format!(
+            "cluster: {{ name: {}, region: us-east-1 }}\ncontroller: {{ install: helm, helm: {{ chart: {chart} }} }}\nidentity: irsa\ninterruption: false\n",
+            s.cluster
+        ),
+    );
+    let plan = s.jointer(&["plan"]);
+    assert!(
+        plan.stdout
+            .lines()
+            .any(|l| l.contains("~ helm release kube-system/karpenter")
+                && l.contains("settings.interruptionQueue")),
+        "{}",
+        plan.stdout
+    );
+    s.apply();
+    let env = deployments
+        .get("karpenter")
+        .await
+        .unwrap()
+        .spec
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    // The chart leaves the variable out when the queue is empty.
+    assert!(
+        !env.iter()
+            .any(|e| e.name == "INTERRUPTION_QUEUE" && !e.value.as_deref().unwrap_or("").is_empty()),
+        "{env:?}"
+    );
+    s.in_sync();
+    torn_down(&s);
+    assert!(
+        deployments.get_opt("karpenter").await.unwrap().is_none(),
+        "helm uninstall"
+    );
+}
+
+#[tokio::test]
+async fn teardown_sweeps_what_the_controller_left_on_aws() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-sweep", "").await;
+    s.apply();
+    let tags = |pairs: &[(&str, &str)], kind: aws_sdk_ec2::types::ResourceType| {
+        let mut spec = aws_sdk_ec2::types::TagSpecification::builder().resource_type(kind);
+        for (k, v) in pairs {
+            spec = spec.tags(aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build());
+        }
+        spec.build()
+    };
+    let cluster_tag = format!("kubernetes.io/cluster/{}", s.cluster);
+    let owned = [
+        (cluster_tag.as_str(), "owned"),
+        ("karpenter.sh/nodepool", "default"),
+        ("eks:eks-cluster-name", s.cluster.as_str()),
+        ("team", "payments"),
+    ];
+    // What a controller that died mid-way leaves: an instance, its launch template and profile.
+    let subnet = s.private_subnets()[0].clone();
+    let launched = s
+        .ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&subnet)
+        .tag_specifications(tags(&owned, aws_sdk_ec2::types::ResourceType::Instance))
+        .send()
+        .await
+        .expect("instance");
+    let instance = launched.instances()[0].instance_id().unwrap().to_string();
+    s.ec2
+        .create_launch_template()
+        .launch_template_name(format!("karpenter.k8s.aws/{}", testenv::unique("lt")))
+        .launch_template_data(aws_sdk_ec2::types::RequestLaunchTemplateData::builder().build())
+        .tag_specifications(tags(
+            &owned,
+            aws_sdk_ec2::types::ResourceType::LaunchTemplate,
+        ))
+        .send()
+        .await
+        .expect("launch template");
+    let profile = format!("{}_{}", s.cluster, 12345);
+    s.iam
+        .create_instance_profile()
+        .instance_profile_name(&profile)
+        .path(format!("/karpenter/us-east-1/{}/some-uid/", s.cluster))
+        .send()
+        .await
+        .unwrap();
+    s.iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(&profile)
+        .role_name(s.node_role())
+        .send()
+        .await
+        .unwrap();
+    // Something of the user's in the same account that must stay.
+    let keep = s
+        .ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&subnet)
+        .tag_specifications(tags(
+            &[(cluster_tag.as_str(), "owned"), ("team", "payments")],
+            aws_sdk_ec2::types::ResourceType::Instance,
+        ))
+        .send()
+        .await
+        .unwrap()
+        .instances()[0]
+        .instance_id()
+        .unwrap()
+        .to_string();
+
+    let dry = s.jointer(&["teardown", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry:#?}");
+    assert!(dry.stdout.contains(&instance), "{}", dry.stdout);
+    assert!(
+        dry.stdout
+            .contains(&format!("iam instance profile {profile}")),
+        "{}",
+        dry.stdout
+    );
+
+    torn_down(&s);
+    let state = |id: String| {
+        let ec2 = s.ec2.clone();
+        async move {
+            ec2.describe_instances()
+                .instance_ids(id)
+                .send()
+                .await
+                .unwrap()
+                .reservations()[0]
+                .instances()[0]
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_string())
+                .unwrap()
+        }
+    };
+    assert_eq!(state(instance).await, "terminated");
+    assert_eq!(
+        state(keep).await,
+        "running",
+        "instances without a NodePool tag are not the controller's"
+    );
+    let templates = s
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:eks:eks-cluster-name")
+                .values(&s.cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(templates.launch_templates().is_empty());
+    assert!(s
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&profile)
+        .send()
+        .await
+        .is_err());
+    assert!(
+        s.iam
+            .get_role()
+            .role_name(s.node_role())
+            .send()
+            .await
+            .is_err(),
+        "the node role went after its profile"
+    );
+}
+
+#[tokio::test]
+async fn crds_another_installation_owns_stop_the_run_unless_adopted_and_wait_reports_conditions() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bc-owner", "").await;
+    let client = testenv::kube().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let relabel = |value: &'static str| {
+        let crds = crds.clone();
+        async move {
+            crds.patch(
+                "nodepools.karpenter.sh",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": value}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    relabel("Helm").await;
+    clear_calls();
+    let offset = audit_offset();
+    let refused = s.jointer(&["apply", "--yes"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(
+        refused
+            .stderr
+            .contains("CustomResourceDefinition nodepools.karpenter.sh")
+            && refused.stderr.contains("app.kubernetes.io/managed-by=Helm")
+            && refused.stderr.contains("--adopt"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(mutating_calls(), Vec::<String>::new());
+    assert_eq!(jointer_kube_writes_since(offset), Vec::<String>::new());
+    let adopted = s.jointer(&["apply", "--yes", "--adopt"]);
+    assert_eq!(adopted.code, 0, "{adopted:#?}");
+
+    // --wait: the controller's Deployment becomes Available (kwok runs its pods); the node
+    // class reports what the controller found.
+    let classes = nodeclasses(&client);
+    let status = |ready: &str, extra: Value| {
+        let classes = classes.clone();
+        let ready = ready.to_string();
+        async move {
+            let mut conditions = vec![
+                json!({"type": "Ready", "status": ready, "reason": "Reconciled",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+            ];
+            if !extra.is_null() {
+                conditions.push(extra);
+            }
+            classes
+                .patch_status(
+                    "default",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"conditions": conditions}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    status(
+        "False",
+        json!({"type": "SubnetsReady", "status": "False", "reason": "SubnetsNotFound",
+            "message": format!("no subnet matches tag karpenter.sh/discovery={}", s.cluster),
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+    )
+    .await;
+    let waited = s.jointer(&["apply", "--yes", "--wait", "--timeout", "60"]);
+    assert_eq!(waited.code, 1, "{waited:#?}");
+    assert!(
+        waited.stderr.contains("EC2NodeClass default is not Ready")
+            && waited
+                .stderr
+                .contains("SubnetsReady=False: no subnet matches tag karpenter.sh/discovery="),
+        "{}",
+        waited.stderr
+    );
+    status("True", Value::Null).await;
+    let ready = s.jointer(&["apply", "--yes", "--wait", "--timeout", "120"]);
+    assert_eq!(ready.code, 0, "{ready:#?}");
+    assert!(
+        ready.stderr.contains("to be Available: done"),
+        "{}",
+        ready.stderr
+    );
+
+    // A class whose nodes run as a role jointer does not manage gets a warning.
+    s.ws.write(
+        "nodes/class.yaml",
+        &format!(
+            "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{ name: default }}
+spec:
+  role: SomeoneElsesRole
+  amiSelectorTerms: [ {{ alias: al2023@latest }} ]
+  subnetSelectorTerms: [ {{ tags: {{ karpenter.sh/discovery: {} }} }} ]
+  securityGroupSelectorTerms: [ {{ tags: {{ karpenter.sh/discovery: {} }} }} ]
+",
+            s.cluster, s.cluster
+        ),
+    );
+    s.ws.write(
+        "jointer.yaml",
+        &format!(
+            "cluster: {{ name: {}, region: us-east-1 }}\ntemplates: {{ dir: nodes }}\n",
+            s.cluster
+        ),
+    );
+    let plan = s.jointer(&["plan"]);
+    assert!(plan.stderr.contains("warning: EC2NodeClass default uses role SomeoneElsesRole, which jointer does not manage"), "{}", plan.stderr);
+    torn_down(&s);
+}
