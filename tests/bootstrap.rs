@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use support::testenv::{self, clear_calls, gap, mutating_calls};
-use support::world::{Setup, KEY};
+use support::world::{ownership_tags_present, Setup, KEY};
 use support::Run;
 use tokio::sync::Mutex;
 

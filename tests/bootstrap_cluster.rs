@@ -86,11 +86,10 @@ async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_no
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
     let sa = sa.get("jointer-controller").await.expect("service account");
     assert!(
-        sa.metadata
+        !sa.metadata
             .annotations
             .unwrap_or_default()
-            .get("eks.amazonaws.com/role-arn")
-            .is_none(),
+            .contains_key("eks.amazonaws.com/role-arn"),
         "no IRSA annotation with Pod Identity"
     );
     let pool = nodepools(&client)
