@@ -460,6 +460,20 @@ async fn the_helm_path_installs_and_upgrades_the_chart_with_values_from_the_aws_
     )
     .await;
     let client = testenv::kube().await;
+    // Without the helm CLI: a clear error, before any write.
+    clear_calls();
+    let no_helm = s.ws.jointer_with_env(
+        &["apply", "--yes", "-f", "jointer.yaml"],
+        &[("PATH", "/usr/bin:/bin")],
+    );
+    assert_eq!(no_helm.code, 1, "{no_helm:#?}");
+    assert!(
+        no_helm.stderr.contains("the helm CLI is not on PATH"),
+        "{}",
+        no_helm.stderr
+    );
+    assert_eq!(mutating_calls(), Vec::<String>::new());
+
     let run = s.apply();
     assert!(
         run.stdout.contains("+ helm release kube-system/karpenter"),

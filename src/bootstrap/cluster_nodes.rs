@@ -234,7 +234,7 @@ async fn wait_until_gone(
             );
             last_report = Instant::now();
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -112,8 +112,11 @@ pub async fn apply(api: &Api<DynamicObject>, object: &Value, dry_run: bool) -> R
     Ok(serde_json::to_value(applied)?)
 }
 
+/// Deletes with background propagation: the object goes at once and the garbage collector
+/// removes its dependents (a Deployment's ReplicaSets and pods) after it; a foreground delete
+/// would keep it listed, with a finalizer, until they are gone.
 pub async fn delete(api: &Api<DynamicObject>, r: &ObjectRef) -> Result<()> {
-    match api.delete(&r.name, &DeleteParams::foreground()).await {
+    match api.delete(&r.name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e).with_context(|| format!("deleting {}", r.label())),

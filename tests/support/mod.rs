@@ -72,8 +72,14 @@ impl Workspace {
     }
 
     pub fn jointer(&self, args: &[&str]) -> Run {
+        self.jointer_with_env(args, &[])
+    }
+
+    /// `jointer` with extra environment variables (e.g. a PATH without a tool).
+    pub fn jointer_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out = Command::new(env!("CARGO_BIN_EXE_jointer"))
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(self.dir.path())
             .env_remove("JOINTER_CONFIG")
             // Hermetic: no price cache from the developer's machine.
