@@ -37,6 +37,20 @@ fn nodeclasses(client: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &resource)
 }
 
+/// The first container's environment, as (name, value).
+fn container_env(d: &Deployment) -> Vec<(String, String)> {
+    d.spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.containers.first())
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
 /// Every test ends with this: nothing of jointer's left in the cluster or on AWS.
 fn torn_down(s: &Setup) {
     let run = s.jointer(&["teardown", "--yes"]);
@@ -61,20 +75,13 @@ async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_no
         .get("jointer-controller")
         .await
         .expect("deployment");
-    let spec = d.spec;
-    assert_eq!(spec.replicas, Some(2));
-    let pod = spec.template.spec.expect("pod spec");
+    assert_eq!(d.spec.replicas, Some(2));
+    let pod = d.spec.template.spec.clone().expect("pod spec");
     assert_eq!(
         pod.priority_class_name.as_deref(),
         Some("system-cluster-critical")
     );
-    let env: Vec<(String, String)> = pod.containers[0]
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect();
+    let env = container_env(&d);
     assert!(
         env.contains(&("CLUSTER_NAME".into(), s.cluster.clone())),
         "{env:?}"
@@ -485,13 +492,7 @@ async fn the_helm_path_installs_and_upgrades_the_chart_with_values_from_the_aws_
         .get("karpenter")
         .await
         .expect("chart's deployment");
-    let env: Vec<(String, String)> = d.spec.template.spec.unwrap().containers[0]
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect();
+    let env = container_env(&d);
     assert!(
         env.contains(&("CLUSTER_NAME".into(), s.cluster.clone())),
         "{env:?}"
@@ -531,22 +532,11 @@ async fn the_helm_path_installs_and_upgrades_the_chart_with_values_from_the_aws_
         plan.stdout
     );
     s.apply();
-    let env = deployments
-        .get("karpenter")
-        .await
-        .unwrap()
-        .spec
-        .template
-        .spec
-        .unwrap()
-        .containers[0]
-        .env
-        .clone()
-        .unwrap_or_default();
+    let env = container_env(&deployments.get("karpenter").await.unwrap());
     // The chart leaves the variable out when the queue is empty.
     assert!(
         !env.iter()
-            .any(|e| e.name == "INTERRUPTION_QUEUE" && !e.value.as_deref().unwrap_or("").is_empty()),
+            .any(|(name, value)| name == "INTERRUPTION_QUEUE" && !value.is_empty()),
         "{env:?}"
     );
     s.in_sync();

@@ -62,6 +62,23 @@ where
     anyhow::anyhow!("{what}: {detail}")
 }
 
+/// A delete whose target is already gone has done its job: the `missing` codes are success.
+pub fn gone_ok<T, E, R>(
+    result: Result<T, SdkError<E, R>>,
+    missing: &[&str],
+    what: &str,
+) -> anyhow::Result<()>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if code(&e).is_some_and(|c| missing.contains(&c)) => Ok(()),
+        Err(e) => Err(failed(what, e)),
+    }
+}
+
 /// What jointer needs to know about the existing cluster (from `eks:DescribeCluster`).
 #[derive(Debug, Clone)]
 pub struct Cluster {

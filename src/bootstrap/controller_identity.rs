@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 
-use super::aws::{code, failed};
+use super::aws::{code, failed, gone_ok};
 use super::iam::{self, owned, DesiredRole};
 use super::permissions::{controller_policies, irsa_trust, pod_identity_trust};
 use super::{Change, Context, Goal, Op, Step, StepPlan};
@@ -404,19 +404,15 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .await
                 .map_err(|e| failed(&format!("eks:TagResource {arn}"), e))?;
         }
-        Action::DeleteAssociation { id } => {
-            match eks
-                .delete_pod_identity_association()
+        Action::DeleteAssociation { id } => gone_ok(
+            eks.delete_pod_identity_association()
                 .cluster_name(cluster)
                 .association_id(id)
                 .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if code(&e) == Some("ResourceNotFoundException") => {}
-                Err(e) => return Err(failed(&format!("eks:DeletePodIdentityAssociation {id}"), e)),
-            }
-        }
+                .await,
+            &["ResourceNotFoundException"],
+            &format!("eks:DeletePodIdentityAssociation {id}"),
+        )?,
         Action::CreateOidcProvider { url, tags } => {
             ctx.aws
                 .iam
@@ -429,20 +425,16 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .await
                 .map_err(|e| failed(&format!("iam:CreateOpenIDConnectProvider {url}"), e))?;
         }
-        Action::DeleteOidcProvider { arn } => {
-            match ctx
-                .aws
+        Action::DeleteOidcProvider { arn } => gone_ok(
+            ctx.aws
                 .iam
                 .delete_open_id_connect_provider()
                 .open_id_connect_provider_arn(arn)
                 .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if code(&e) == Some("NoSuchEntity") => {}
-                Err(e) => return Err(failed(&format!("iam:DeleteOpenIDConnectProvider {arn}"), e)),
-            }
-        }
+                .await,
+            &["NoSuchEntity"],
+            &format!("iam:DeleteOpenIDConnectProvider {arn}"),
+        )?,
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use anyhow::Result;
 use aws_sdk_iam::types::Tag;
 use serde_json::Value;
 
-use super::aws::{code, failed};
+use super::aws::{code, failed, gone_ok};
 use super::ownership::{self, Owner};
 use super::policy::{self, Document};
 use super::{Change, Context, Op};
@@ -521,23 +521,19 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .await
                 .map_err(|e| failed(&format!("iam:DeleteRolePolicy {policy} of {role}"), e))?;
         }
-        Action::DeleteInstanceProfile { name } => {
-            match iam
-                .delete_instance_profile()
+        Action::DeleteInstanceProfile { name } => gone_ok(
+            iam.delete_instance_profile()
                 .instance_profile_name(name)
                 .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if code(&e) == Some("NoSuchEntity") => {}
-                Err(e) => return Err(failed(&format!("iam:DeleteInstanceProfile {name}"), e)),
-            }
-        }
-        Action::DeleteRole { name } => match iam.delete_role().role_name(name).send().await {
-            Ok(_) => {}
-            Err(e) if code(&e) == Some("NoSuchEntity") => {}
-            Err(e) => return Err(failed(&format!("iam:DeleteRole {name}"), e)),
-        },
+                .await,
+            &["NoSuchEntity"],
+            &format!("iam:DeleteInstanceProfile {name}"),
+        )?,
+        Action::DeleteRole { name } => gone_ok(
+            iam.delete_role().role_name(name).send().await,
+            &["NoSuchEntity"],
+            &format!("iam:DeleteRole {name}"),
+        )?,
         Action::CreatePolicy {
             name,
             document,
@@ -618,22 +614,17 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
 }
 
 async fn detach(ctx: &Context, role: &str, policy_arn: &str) -> Result<()> {
-    match ctx
-        .aws
-        .iam
-        .detach_role_policy()
-        .role_name(role)
-        .policy_arn(policy_arn)
-        .send()
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if code(&e) == Some("NoSuchEntity") => Ok(()),
-        Err(e) => Err(failed(
-            &format!("iam:DetachRolePolicy {policy_arn} from {role}"),
-            e,
-        )),
-    }
+    gone_ok(
+        ctx.aws
+            .iam
+            .detach_role_policy()
+            .role_name(role)
+            .policy_arn(policy_arn)
+            .send()
+            .await,
+        &["NoSuchEntity"],
+        &format!("iam:DetachRolePolicy {policy_arn} from {role}"),
+    )
 }
 
 /// Detach from every entity, drop non-default versions, delete: IAM refuses otherwise.
@@ -669,9 +660,9 @@ async fn delete_policy(ctx: &Context, arn: &str) -> Result<()> {
                 .map_err(|e| failed(&format!("iam:DeletePolicyVersion {arn} {id}"), e))?;
         }
     }
-    match iam.delete_policy().policy_arn(arn).send().await {
-        Ok(_) => Ok(()),
-        Err(e) if code(&e) == Some("NoSuchEntity") => Ok(()),
-        Err(e) => Err(failed(&format!("iam:DeletePolicy {arn}"), e)),
-    }
+    gone_ok(
+        iam.delete_policy().policy_arn(arn).send().await,
+        &["NoSuchEntity"],
+        &format!("iam:DeletePolicy {arn}"),
+    )
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use super::aws::{code, failed};
+use super::aws::{code, failed, gone_ok};
 use super::iam::{adopt_or_refuse, owned};
 use super::policy::{self, Document, Statement};
 use super::{Change, Context, Goal, Op, Step, StepPlan};
@@ -416,11 +416,14 @@ async fn get_queue(ctx: &Context, name: &str) -> Result<Option<Queue>> {
     }))
 }
 
+/// The codes SQS answers for a queue that does not exist (query and JSON protocols).
+const MISSING_QUEUE: &[&str] = &[
+    "AWS.SimpleQueueService.NonExistentQueue",
+    "QueueDoesNotExist",
+];
+
 fn is_missing_queue(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some("AWS.SimpleQueueService.NonExistentQueue" | "QueueDoesNotExist")
-    )
+    code.is_some_and(|c| MISSING_QUEUE.contains(&c))
 }
 
 async fn get_rule(ctx: &Context, name: &str) -> Result<Option<Rule>> {
@@ -504,11 +507,11 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .await
                 .map_err(|e| failed(&format!("sqs:SetQueueAttributes {name} on {url}"), e))?;
         }
-        Action::DeleteQueue { url } => match sqs.delete_queue().queue_url(url).send().await {
-            Ok(_) => {}
-            Err(e) if is_missing_queue(code(&e)) => {}
-            Err(e) => return Err(failed(&format!("sqs:DeleteQueue {url}"), e)),
-        },
+        Action::DeleteQueue { url } => gone_ok(
+            sqs.delete_queue().queue_url(url).send().await,
+            MISSING_QUEUE,
+            &format!("sqs:DeleteQueue {url}"),
+        )?,
         Action::PutRule {
             name,
             pattern,
@@ -573,11 +576,11 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .await
                 .map_err(|e| failed(&format!("events:RemoveTargets {rule}"), e))?;
         }
-        Action::DeleteRule { name } => match events.delete_rule().name(name).send().await {
-            Ok(_) => {}
-            Err(e) if code(&e) == Some("ResourceNotFoundException") => {}
-            Err(e) => return Err(failed(&format!("events:DeleteRule {name}"), e)),
-        },
+        Action::DeleteRule { name } => gone_ok(
+            events.delete_rule().name(name).send().await,
+            &["ResourceNotFoundException"],
+            &format!("events:DeleteRule {name}"),
+        )?,
     }
     Ok(())
 }

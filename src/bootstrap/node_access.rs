@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde::{Deserialize, Serialize};
 
-use super::aws::{code, failed};
+use super::aws::{code, failed, gone_ok};
 use super::iam::owned;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::config::NodeAccess;
@@ -337,19 +337,15 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             ))
             .await?;
         }
-        Action::DeleteEntry { principal } => {
-            match eks
-                .delete_access_entry()
+        Action::DeleteEntry { principal } => gone_ok(
+            eks.delete_access_entry()
                 .cluster_name(cluster)
                 .principal_arn(principal)
                 .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if code(&e) == Some("ResourceNotFoundException") => {}
-                Err(e) => return Err(failed(&format!("eks:DeleteAccessEntry {principal}"), e)),
-            }
-        }
+                .await,
+            &["ResourceNotFoundException"],
+            &format!("eks:DeleteAccessEntry {principal}"),
+        )?,
         Action::MapRole { role_arn } => edit_mappings(ctx, role_arn, true).await?,
         Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, false).await?,
     }

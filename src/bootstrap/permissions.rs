@@ -180,9 +180,38 @@ fn node_lifecycle(scope: &Scope) -> Document {
     ])
 }
 
+/// Conditions on instance profiles the controller creates (`RequestTag`) or manages
+/// (`ResourceTag`): this cluster's, in this region, for some EC2NodeClass.
+fn profile_tags(s: Statement, scope: &Scope, tag: &str) -> Statement {
+    let s = s
+        .when(
+            "StringEquals",
+            &format!("aws:{tag}/kubernetes.io/cluster/{}", scope.cluster),
+            &["owned"],
+        )
+        .when(
+            "StringEquals",
+            &format!("aws:{tag}/topology.kubernetes.io/region"),
+            &[&scope.region],
+        )
+        .when(
+            "StringLike",
+            &format!("aws:{tag}/karpenter.k8s.aws/ec2nodeclass"),
+            &["*"],
+        );
+    if tag == "RequestTag" {
+        s.when(
+            "StringEquals",
+            "aws:RequestTag/eks:eks-cluster-name",
+            &[&scope.cluster],
+        )
+    } else {
+        s
+    }
+}
+
 fn iam_integration(scope: &Scope) -> Document {
     let profile = scope.arn("iam", "", &scope.account, "instance-profile/*");
-    let cluster_tag = format!("kubernetes.io/cluster/{}", scope.cluster);
     let pass_role = Statement::allow(
         "AllowPassingInstanceRole",
         &["iam:PassRole"],
@@ -193,94 +222,40 @@ fn iam_integration(scope: &Scope) -> Document {
         "iam:PassedToService",
         &ec2_principals(scope),
     );
-    let create_profile = Statement::allow(
-        "AllowScopedInstanceProfileCreationActions",
-        &["iam:CreateInstanceProfile"],
-        vec![profile.clone()],
-    )
-    .when(
-        "StringEquals",
-        &format!("aws:RequestTag/{cluster_tag}"),
-        &["owned"],
-    )
-    .when(
-        "StringEquals",
-        "aws:RequestTag/eks:eks-cluster-name",
-        &[&scope.cluster],
-    )
-    .when(
-        "StringEquals",
-        "aws:RequestTag/topology.kubernetes.io/region",
-        &[&scope.region],
-    )
-    .when(
-        "StringLike",
-        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass",
-        &["*"],
+    let create_profile = profile_tags(
+        Statement::allow(
+            "AllowScopedInstanceProfileCreationActions",
+            &["iam:CreateInstanceProfile"],
+            vec![profile.clone()],
+        ),
+        scope,
+        "RequestTag",
     );
-    let tag_profile = Statement::allow(
-        "AllowScopedInstanceProfileTagActions",
-        &["iam:TagInstanceProfile"],
-        vec![profile.clone()],
-    )
-    .when(
-        "StringEquals",
-        &format!("aws:ResourceTag/{cluster_tag}"),
-        &["owned"],
-    )
-    .when(
-        "StringEquals",
-        "aws:ResourceTag/topology.kubernetes.io/region",
-        &[&scope.region],
-    )
-    .when(
-        "StringEquals",
-        &format!("aws:RequestTag/{cluster_tag}"),
-        &["owned"],
-    )
-    .when(
-        "StringEquals",
-        "aws:RequestTag/eks:eks-cluster-name",
-        &[&scope.cluster],
-    )
-    .when(
-        "StringEquals",
-        "aws:RequestTag/topology.kubernetes.io/region",
-        &[&scope.region],
-    )
-    .when(
-        "StringLike",
-        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass",
-        &["*"],
-    )
-    .when(
-        "StringLike",
-        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass",
-        &["*"],
+    let tag_profile = profile_tags(
+        profile_tags(
+            Statement::allow(
+                "AllowScopedInstanceProfileTagActions",
+                &["iam:TagInstanceProfile"],
+                vec![profile.clone()],
+            ),
+            scope,
+            "ResourceTag",
+        ),
+        scope,
+        "RequestTag",
     );
-    let manage_profile = Statement::allow(
-        "AllowScopedInstanceProfileActions",
-        &[
-            "iam:AddRoleToInstanceProfile",
-            "iam:RemoveRoleFromInstanceProfile",
-            "iam:DeleteInstanceProfile",
-        ],
-        vec![profile.clone()],
-    )
-    .when(
-        "StringEquals",
-        &format!("aws:ResourceTag/{cluster_tag}"),
-        &["owned"],
-    )
-    .when(
-        "StringEquals",
-        "aws:ResourceTag/topology.kubernetes.io/region",
-        &[&scope.region],
-    )
-    .when(
-        "StringLike",
-        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass",
-        &["*"],
+    let manage_profile = profile_tags(
+        Statement::allow(
+            "AllowScopedInstanceProfileActions",
+            &[
+                "iam:AddRoleToInstanceProfile",
+                "iam:RemoveRoleFromInstanceProfile",
+                "iam:DeleteInstanceProfile",
+            ],
+            vec![profile.clone()],
+        ),
+        scope,
+        "ResourceTag",
     );
     let read_profile = Statement::allow(
         "AllowInstanceProfileReadActions",
