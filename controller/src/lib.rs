@@ -10,4 +10,6 @@ pub mod catalog;
 pub mod clients;
 pub mod cloud;
 pub mod crds;
+pub mod nodeclass;
+pub mod runtime;
 pub mod scheduling;

@@ -1,5 +1,5 @@
-//! The `jointer-controller` binary. For now it prints or writes the generated CRDs; the
-//! controller loops arrive with the provisioning issue.
+//! The `jointer-controller` binary: `run` is the controller process; `crds` prints or writes
+//! the generated CRDs.
 
 use std::path::PathBuf;
 
@@ -19,6 +19,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller (settings from the environment, as the Deployment sets them).
+    Run {
+        #[command(flatten)]
+        settings: jointer_controller::runtime::settings::Settings,
+    },
     /// Print the CRDs generated from the API types (or write one file per CRD into --out).
     Crds {
         /// Directory to write `<group>_<plural>.yaml` files into, instead of stdout.
@@ -29,6 +34,10 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Run { settings } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(jointer_controller::runtime::run(settings))?;
+        }
         Command::Crds { out } => {
             for (file, crd) in jointer_controller::crds::all() {
                 let yaml = jointer_controller::crds::to_yaml(&crd)?;

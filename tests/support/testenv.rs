@@ -6,10 +6,22 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// The repository root: the first directory up from this crate's that holds tests/env/up.sh
+/// (this file is shared by the CLI's and the controller's tests).
+pub fn repo_root() -> PathBuf {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !dir.join("tests/env/up.sh").exists() {
+        if !dir.pop() {
+            return PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        }
+    }
+    dir
+}
+
 fn env_file() -> PathBuf {
     std::env::var_os("JOINTER_TESTENV_RUN_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/.run")))
+        .unwrap_or_else(|| repo_root().join("tests/env/.run"))
         .join("env")
 }
 
@@ -112,7 +124,7 @@ pub fn new_world(prefix: &str) -> serde_json::Value {
     let out = std::env::temp_dir().join(format!("{cluster}.json"));
     let python = std::env::var("JOINTER_TESTENV_PYTHON").expect("JOINTER_TESTENV_PYTHON");
     let status = std::process::Command::new(python)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/world.py"))
+        .arg(repo_root().join("tests/env/world.py"))
         .arg(&out)
         .env("JOINTER_TEST_CLUSTER", &cluster)
         .stdout(std::process::Stdio::null())

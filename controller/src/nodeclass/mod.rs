@@ -1,0 +1,252 @@
+//! The EC2NodeClass controller: resolves each class's subnets, security groups, AMIs and
+//! instance profile, publishes them in `status` with conditions that name the selector that
+//! matched nothing, re-resolves every few minutes (AMI releases, subnet changes), and on delete
+//! removes the instance profiles and launch templates it made once the class's NodeClaims are
+//! gone.
+
+pub mod conditions;
+pub mod resolve;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::ResourceExt;
+use serde_json::json;
+
+use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
+use crate::api::nodeclaim::NodeClaim;
+use crate::runtime::metrics::{Metrics, OutcomeLabels};
+use crate::runtime::settings::Settings;
+use conditions::{conditions, Verdicts};
+
+pub const FINALIZER: &str = "karpenter.k8s.aws/termination";
+/// Retry period while something is missing (a tag being added, a role being created).
+const RETRY_NOT_READY: Duration = Duration::from_secs(15);
+
+/// What the reconciler works with.
+pub struct Ctx {
+    pub client: kube::Client,
+    pub ec2: aws_sdk_ec2::Client,
+    pub iam: aws_sdk_iam::Client,
+    pub ssm: aws_sdk_ssm::Client,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    /// `1.34`: which EKS optimized AMIs an alias resolves to.
+    pub kubernetes_version: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Cleanup(String),
+}
+
+fn count(ctx: &Ctx, outcome: &str) {
+    ctx.metrics
+        .nodeclass_reconciles
+        .get_or_create(&OutcomeLabels {
+            outcome: outcome.into(),
+        })
+        .inc();
+}
+
+async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
+    let name = class.name_any();
+    if class.metadata.deletion_timestamp.is_some() {
+        return finalize(&api, &class, &ctx).await;
+    }
+    if !class.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = class.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await?;
+    }
+    let subnets = resolve::subnets(&ctx, &class).await;
+    let security_groups = resolve::security_groups(&ctx, &class).await;
+    let amis = resolve::amis(&ctx, &class).await;
+    let profile = resolve::instance_profile(&ctx, &class).await;
+    let verdicts = Verdicts {
+        subnets: subnets.as_ref().map(|_| ()).map_err(Clone::clone),
+        security_groups: security_groups.as_ref().map(|_| ()).map_err(Clone::clone),
+        amis: amis.as_ref().map(|_| ()).map_err(Clone::clone),
+        instance_profile: profile.as_ref().map(|_| ()).map_err(Clone::clone),
+    };
+    let previous = class
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let status = EC2NodeClassStatus {
+        subnets: subnets.clone().unwrap_or_default(),
+        security_groups: security_groups.clone().unwrap_or_default(),
+        amis: amis.clone().unwrap_or_default(),
+        instance_profile: profile.clone().ok(),
+        conditions: conditions(&verdicts, &previous, class.metadata.generation),
+    };
+    let ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if class.status.as_ref() != Some(&status) {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?;
+        if ready {
+            tracing::info!(ec2nodeclass = %name, subnets = status.subnets.len(), security_groups = status.security_groups.len(), amis = status.amis.len(), instance_profile = %status.instance_profile.clone().unwrap_or_default(), "EC2NodeClass ready");
+        } else {
+            let why: Vec<String> = status
+                .conditions
+                .iter()
+                .filter(|c| c.status == "False" && c.type_ != "Ready")
+                .map(|c| format!("{}=False: {}", c.type_, c.message))
+                .collect();
+            tracing::warn!(ec2nodeclass = %name, reasons = %why.join("; "), "EC2NodeClass not ready");
+        }
+    }
+    count(&ctx, if ready { "ready" } else { "not_ready" });
+    // Tags on subnets and new AMI releases raise no Kubernetes event: resolve again on a timer.
+    Ok(Action::requeue(if ready {
+        ctx.settings.nodeclass_resync
+    } else {
+        RETRY_NOT_READY.min(ctx.settings.nodeclass_resync)
+    }))
+}
+
+/// After its NodeClaims are gone: the instance profiles and launch templates made for the
+/// class go, then the finalizer.
+async fn finalize(
+    api: &Api<EC2NodeClass>,
+    class: &EC2NodeClass,
+    ctx: &Ctx,
+) -> Result<Action, Error> {
+    let name = class.name_any();
+    if !class.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let using = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| c.spec.node_class_ref.name == name)
+        .count();
+    if using > 0 {
+        tracing::info!(ec2nodeclass = %name, nodeclaims = using, "waiting for NodeClaims before removing the class");
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let profile = resolve::profile_name(&ctx.settings.cluster_name, &ctx.settings.region, &name);
+    if let Ok(out) = ctx
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&profile)
+        .send()
+        .await
+    {
+        for role in out
+            .instance_profile()
+            .map(|p| p.roles())
+            .unwrap_or_default()
+        {
+            let _ = ctx
+                .iam
+                .remove_role_from_instance_profile()
+                .instance_profile_name(&profile)
+                .role_name(role.role_name())
+                .send()
+                .await;
+        }
+        ctx.iam
+            .delete_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+            .map_err(|e| {
+                Error::Cleanup(format!(
+                    "deleting instance profile {profile}: {}",
+                    aws_sdk_iam::error::DisplayErrorContext(e)
+                ))
+            })?;
+    }
+    let templates = ctx
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values(&name)
+                .build(),
+        )
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:eks:eks-cluster-name")
+                .values(&ctx.settings.cluster_name)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| {
+            Error::Cleanup(format!(
+                "listing launch templates: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            ))
+        })?;
+    for t in templates.launch_templates() {
+        if let Some(id) = t.launch_template_id() {
+            ctx.ec2
+                .delete_launch_template()
+                .launch_template_id(id)
+                .send()
+                .await
+                .map_err(|e| {
+                    Error::Cleanup(format!(
+                        "deleting launch template {id}: {}",
+                        aws_sdk_ec2::error::DisplayErrorContext(e)
+                    ))
+                })?;
+        }
+    }
+    let finalizers: Vec<String> = class
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+    )
+    .await?;
+    tracing::info!(ec2nodeclass = %name, instance_profile = %profile, "EC2NodeClass finalized");
+    Ok(Action::await_change())
+}
+
+fn error_policy(class: Arc<EC2NodeClass>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    count(&ctx, "error");
+    tracing::error!(ec2nodeclass = %class.name_any(), error = %error, "reconciling EC2NodeClass failed");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Runs until the stream ends (the process stops).
+pub async fn run(ctx: Arc<Ctx>) {
+    let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}

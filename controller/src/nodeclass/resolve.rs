@@ -1,0 +1,373 @@
+//! Resolving an EC2NodeClass against AWS: its subnets, security groups and AMIs by selector
+//! terms, and its instance profile (made from `spec.role`, or the given `spec.instanceProfile`).
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::Filter;
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+
+use super::conditions::{
+    describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
+};
+use super::Ctx;
+use crate::api::ec2nodeclass::{EC2NodeClass, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
+
+fn aws_error<E: std::fmt::Display>(what: &str, e: E) -> String {
+    format!("{what} failed: {e}")
+}
+
+/// Selector tags as EC2 filters: a `*` value means "has the key".
+fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
+    tags.iter()
+        .map(|(k, v)| {
+            if v == "*" {
+                Filter::builder().name("tag-key").values(k).build()
+            } else {
+                Filter::builder().name(format!("tag:{k}")).values(v).build()
+            }
+        })
+        .collect()
+}
+
+pub async fn subnets(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedSubnet>> {
+    let mut found: BTreeMap<String, ResolvedSubnet> = BTreeMap::new();
+    for term in &class.spec.subnet_selector_terms {
+        let filters = match (&term.id, &term.tags) {
+            (Some(id), _) => vec![Filter::builder().name("subnet-id").values(id).build()],
+            (None, Some(tags)) => tag_filters(tags),
+            (None, None) => continue,
+        };
+        let out = ctx
+            .ec2
+            .describe_subnets()
+            .set_filters(Some(filters))
+            .send()
+            .await;
+        ctx.metrics.call("ec2", "DescribeSubnets", &out);
+        let out = out.map_err(|e| {
+            aws_error(
+                "ec2:DescribeSubnets",
+                aws_sdk_ec2::error::DisplayErrorContext(e),
+            )
+        })?;
+        for s in out.subnets() {
+            if let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) {
+                found.insert(
+                    id.to_string(),
+                    ResolvedSubnet {
+                        id: id.to_string(),
+                        zone: zone.to_string(),
+                        zone_id: s.availability_zone_id().map(str::to_string),
+                    },
+                );
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(format!(
+            "no subnet matches {}",
+            describe_subnet_terms(&class.spec.subnet_selector_terms)
+        ));
+    }
+    Ok(found.into_values().collect())
+}
+
+pub async fn security_groups(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedSecurityGroup>> {
+    let mut found: BTreeMap<String, ResolvedSecurityGroup> = BTreeMap::new();
+    for term in &class.spec.security_group_selector_terms {
+        let filters = match (&term.id, &term.name, &term.tags) {
+            (Some(id), _, _) => vec![Filter::builder().name("group-id").values(id).build()],
+            (None, Some(name), _) => {
+                vec![Filter::builder().name("group-name").values(name).build()]
+            }
+            (None, None, Some(tags)) => tag_filters(tags),
+            (None, None, None) => continue,
+        };
+        let out = ctx
+            .ec2
+            .describe_security_groups()
+            .set_filters(Some(filters))
+            .send()
+            .await;
+        ctx.metrics.call("ec2", "DescribeSecurityGroups", &out);
+        let out = out.map_err(|e| {
+            aws_error(
+                "ec2:DescribeSecurityGroups",
+                aws_sdk_ec2::error::DisplayErrorContext(e),
+            )
+        })?;
+        for g in out.security_groups() {
+            if let Some(id) = g.group_id() {
+                found.insert(
+                    id.to_string(),
+                    ResolvedSecurityGroup {
+                        id: id.to_string(),
+                        name: g.group_name().map(str::to_string),
+                    },
+                );
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(format!(
+            "no security group matches {}",
+            describe_security_group_terms(&class.spec.security_group_selector_terms)
+        ));
+    }
+    Ok(found.into_values().collect())
+}
+
+fn arch_requirement(arch: &str) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: "kubernetes.io/arch".into(),
+        operator: "In".into(),
+        values: Some(vec![arch.into()]),
+    }
+}
+
+/// `al2023@latest` → the EKS optimized AMI parameters of the cluster's Kubernetes version, one
+/// per architecture.
+async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
+    let (family, version) = alias.split_once('@').unwrap_or((alias, "latest"));
+    if family != "al2023" {
+        return Err(format!(
+            "alias {alias}: only the al2023 family is resolved by this controller"
+        ));
+    }
+    let mut out = Vec::new();
+    for (ssm_arch, arch) in [("x86_64", "amd64"), ("arm64", "arm64")] {
+        let name = if version == "latest" {
+            format!(
+                "/aws/service/eks/optimized-ami/{}/amazon-linux-2023/{ssm_arch}/standard/recommended/image_id",
+                ctx.kubernetes_version
+            )
+        } else {
+            format!(
+                "/aws/service/eks/optimized-ami/{k}/amazon-linux-2023/{ssm_arch}/standard/amazon-eks-node-al2023-{ssm_arch}-standard-{k}-{version}/image_id",
+                k = ctx.kubernetes_version
+            )
+        };
+        let got = ctx.ssm.get_parameter().name(&name).send().await;
+        ctx.metrics.call("ssm", "GetParameter", &got);
+        match got {
+            Ok(p) => {
+                if let Some(id) = p.parameter().and_then(|p| p.value()) {
+                    out.push(ResolvedAmi {
+                        id: id.to_string(),
+                        name: None,
+                        requirements: vec![arch_requirement(arch)],
+                    });
+                }
+            }
+            Err(e) => {
+                return Err(format!(
+                    "alias {alias}: SSM parameter {name}: {}",
+                    aws_sdk_ssm::error::DisplayErrorContext(e)
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
+    let mut found: Vec<ResolvedAmi> = Vec::new();
+    for term in &class.spec.ami_selector_terms {
+        if let Some(alias) = &term.alias {
+            found.extend(alias_amis(ctx, alias).await?);
+            continue;
+        }
+        let mut request = ctx.ec2.describe_images();
+        if let Some(id) = &term.id {
+            request = request.image_ids(id);
+        }
+        let mut filters = Vec::new();
+        if let Some(name) = &term.name {
+            filters.push(Filter::builder().name("name").values(name).build());
+        }
+        if let Some(tags) = &term.tags {
+            filters.extend(tag_filters(tags));
+        }
+        if let Some(owner) = &term.owner {
+            request = request.owners(owner);
+        }
+        let out = request.set_filters(Some(filters)).send().await;
+        ctx.metrics.call("ec2", "DescribeImages", &out);
+        let out = out.map_err(|e| {
+            aws_error(
+                "ec2:DescribeImages",
+                aws_sdk_ec2::error::DisplayErrorContext(e),
+            )
+        })?;
+        for image in out.images() {
+            let arch = match image.architecture().map(|a| a.as_str()) {
+                Some("arm64") => "arm64",
+                _ => "amd64",
+            };
+            if let Some(id) = image.image_id() {
+                found.push(ResolvedAmi {
+                    id: id.to_string(),
+                    name: image.name().map(str::to_string),
+                    requirements: vec![arch_requirement(arch)],
+                });
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(format!(
+            "no AMI matches {}",
+            describe_ami_terms(&class.spec.ami_selector_terms)
+        ));
+    }
+    Ok(found)
+}
+
+/// The profile name the controller gives a class's role: stable per cluster, region and class.
+pub fn profile_name(cluster: &str, region: &str, class: &str) -> String {
+    let hash = format!("{region}/{class}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let name = format!("{cluster}_{hash}");
+    name.chars().take(128).collect()
+}
+
+/// Where profiles of a class live (teardown sweeps `/karpenter/<region>/<cluster>/`).
+pub fn profile_path(ctx: &Ctx, uid: &str) -> String {
+    format!(
+        "/karpenter/{}/{}/{uid}/",
+        ctx.settings.region, ctx.settings.cluster_name
+    )
+}
+
+pub async fn instance_profile(ctx: &Ctx, class: &EC2NodeClass) -> Found<String> {
+    let iam = &ctx.iam;
+    if let Some(name) = &class.spec.instance_profile {
+        let got = iam
+            .get_instance_profile()
+            .instance_profile_name(name)
+            .send()
+            .await;
+        ctx.metrics.call("iam", "GetInstanceProfile", &got);
+        return got
+            .map(|_| name.clone())
+            .map_err(|_| format!("instance profile {name} does not exist"));
+    }
+    let Some(role) = &class.spec.role else {
+        return Err("neither spec.role nor spec.instanceProfile is set".into());
+    };
+    let class_name = class.metadata.name.clone().unwrap_or_default();
+    let uid = class.metadata.uid.clone().unwrap_or_default();
+    let name = profile_name(
+        &ctx.settings.cluster_name,
+        &ctx.settings.region,
+        &class_name,
+    );
+    let got = iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await;
+    ctx.metrics.call("iam", "GetInstanceProfile", &got);
+    let roles: Vec<String> = match got {
+        Ok(out) => out
+            .instance_profile()
+            .map(|p| {
+                p.roles()
+                    .iter()
+                    .map(|r| r.role_name().to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            let tags = [
+                (
+                    format!("kubernetes.io/cluster/{}", ctx.settings.cluster_name),
+                    "owned".to_string(),
+                ),
+                (
+                    "eks:eks-cluster-name".to_string(),
+                    ctx.settings.cluster_name.clone(),
+                ),
+                (
+                    "topology.kubernetes.io/region".to_string(),
+                    ctx.settings.region.clone(),
+                ),
+                (
+                    "karpenter.k8s.aws/ec2nodeclass".to_string(),
+                    class_name.clone(),
+                ),
+            ];
+            let created = iam
+                .create_instance_profile()
+                .instance_profile_name(&name)
+                .path(profile_path(ctx, &uid))
+                .set_tags(Some(
+                    tags.iter()
+                        .filter_map(|(k, v)| {
+                            aws_sdk_iam::types::Tag::builder()
+                                .key(k)
+                                .value(v)
+                                .build()
+                                .ok()
+                        })
+                        .collect(),
+                ))
+                .send()
+                .await;
+            ctx.metrics.call("iam", "CreateInstanceProfile", &created);
+            created.map_err(|e| {
+                aws_error(
+                    "iam:CreateInstanceProfile",
+                    aws_sdk_iam::error::DisplayErrorContext(e),
+                )
+            })?;
+            tracing::info!(instance_profile = %name, role = %role, ec2nodeclass = %class_name, "created instance profile");
+            Vec::new()
+        }
+        Err(e) => {
+            return Err(aws_error(
+                "iam:GetInstanceProfile",
+                aws_sdk_iam::error::DisplayErrorContext(e),
+            ))
+        }
+    };
+    if roles.iter().any(|r| r == role) {
+        return Ok(name);
+    }
+    // A profile holds one role: swap it when spec.role changed.
+    for old in roles {
+        let removed = iam
+            .remove_role_from_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(&old)
+            .send()
+            .await;
+        ctx.metrics
+            .call("iam", "RemoveRoleFromInstanceProfile", &removed);
+        removed.map_err(|e| {
+            aws_error(
+                "iam:RemoveRoleFromInstanceProfile",
+                aws_sdk_iam::error::DisplayErrorContext(e),
+            )
+        })?;
+    }
+    let added = iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(&name)
+        .role_name(role)
+        .send()
+        .await;
+    ctx.metrics.call("iam", "AddRoleToInstanceProfile", &added);
+    added.map_err(|e| {
+        format!(
+            "role {role} cannot be added to instance profile {name}: {}",
+            aws_sdk_iam::error::DisplayErrorContext(e)
+        )
+    })?;
+    Ok(name)
+}

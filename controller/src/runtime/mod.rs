@@ -1,0 +1,124 @@
+//! The controller process: settings, JSON logs, the metrics and health servers, leader
+//! election, and the controllers, which run only on the elected leader.
+
+pub mod leader;
+pub mod metrics;
+pub mod server;
+pub mod settings;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+
+use crate::nodeclass;
+use metrics::Metrics;
+use server::Health;
+use settings::Settings;
+
+fn init_logs(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_current_span(false)
+        .with_env_filter(filter)
+        .try_init();
+}
+
+/// `1.34` from the API server's version.
+async fn kubernetes_version(client: &kube::Client) -> Result<String> {
+    let info = client
+        .apiserver_version()
+        .await
+        .context("reading the API server's version")?;
+    let minor: String = info
+        .minor
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Ok(format!("{}.{minor}", info.major))
+}
+
+pub async fn run(settings: Settings) -> Result<()> {
+    init_logs(&settings.log_level);
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let servers = tokio::spawn(server::serve(
+        settings.metrics_port,
+        settings.health_port,
+        metrics.clone(),
+        health.clone(),
+    ));
+
+    let client = crate::clients::kube_client()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+    let aws = crate::clients::aws_config(Some(&settings.region)).await;
+    let ctx = Arc::new(nodeclass::Ctx {
+        kubernetes_version: kubernetes_version(&client).await?,
+        ec2: aws_sdk_ec2::Client::new(&aws),
+        iam: aws_sdk_iam::Client::new(&aws),
+        ssm: aws_sdk_ssm::Client::new(&aws),
+        client: client.clone(),
+        settings: settings.clone(),
+        metrics: metrics.clone(),
+    });
+    health.ready.store(true, Ordering::Relaxed);
+    tracing::info!(cluster = %settings.cluster_name, region = %settings.region, kubernetes = %ctx.kubernetes_version, "jointer-controller started");
+
+    let elector = leader::Elector::new(client, &settings.lease_namespace(), settings.identity());
+    // Wait for the Lease; a standby replica stays here.
+    loop {
+        match elector.try_acquire_or_renew().await {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "leader election"),
+        }
+        tokio::time::sleep(leader::RETRY).await;
+    }
+    metrics.leader.set(1);
+    tracing::info!(identity = %elector.identity(), "elected leader");
+
+    let controllers = tokio::spawn(nodeclass::run(ctx));
+    // Keep the Lease; losing it (or a signal) ends the process, and its supervisor restarts
+    // it as a standby: two leaders must never act at once.
+    let renew = async {
+        let mut failures: u64 = 0;
+        loop {
+            tokio::time::sleep(leader::RETRY).await;
+            match elector.try_acquire_or_renew().await {
+                Ok(true) => failures = 0,
+                Ok(false) => return "the leader Lease was taken by another replica",
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "renewing the leader Lease");
+                    if failures * leader::RETRY.as_secs() >= leader::LEASE_DURATION.as_secs() {
+                        return "could not renew the leader Lease";
+                    }
+                }
+            }
+        }
+    };
+    let reason = tokio::select! {
+        why = renew => why,
+        _ = tokio::signal::ctrl_c() => "interrupted",
+        _ = terminate() => "terminated",
+        _ = controllers => "a controller stopped",
+        _ = servers => "the metrics or health server stopped",
+    };
+    metrics.leader.set(0);
+    elector.release().await;
+    tracing::info!(reason, "jointer-controller stopping");
+    Ok(())
+}
+
+/// SIGTERM, as Kubernetes sends on pod deletion.
+async fn terminate() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}
