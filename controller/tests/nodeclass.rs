@@ -193,19 +193,25 @@ async fn namespace(client: &kube::Client, name: &str) {
         .expect("namespace created");
 }
 
-#[tokio::test]
-async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_up() {
-    let _turn = TURN.lock().await;
-    let world = testenv::new_world("ctl-class");
+/// A world of its own, the CRDs, and a namespace for this test's leader Lease.
+async fn setup(prefix: &str) -> (Value, String, kube::Client, String) {
+    let world = testenv::new_world(prefix);
     let cluster = world["cluster"]["name"]
         .as_str()
         .expect("cluster")
         .to_string();
     let client = testenv::kube().await;
     install_crds(&client).await;
-    let (ec2, iam, subnets) = prepare_aws(&world).await;
     let lease_ns = testenv::unique("lease");
     namespace(&client, &lease_ns).await;
+    (world, cluster, client, lease_ns)
+}
+
+#[tokio::test]
+async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_up() {
+    let _turn = TURN.lock().await;
+    let (world, cluster, client, lease_ns) = setup("ctl-class").await;
+    let (ec2, iam, subnets) = prepare_aws(&world).await;
     let _controller = Controller::start(&cluster, &lease_ns, &testenv::unique("ctl"), 28180);
 
     let api = nodeclasses(&client);
@@ -316,15 +322,7 @@ async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_
 #[tokio::test]
 async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
     let _turn = TURN.lock().await;
-    let world = testenv::new_world("ctl-leader");
-    let cluster = world["cluster"]["name"]
-        .as_str()
-        .expect("cluster")
-        .to_string();
-    let client = testenv::kube().await;
-    install_crds(&client).await;
-    let lease_ns = testenv::unique("lease");
-    namespace(&client, &lease_ns).await;
+    let (_, cluster, client, lease_ns) = setup("ctl-leader").await;
     let first = Controller::start(&cluster, &lease_ns, "replica-a", 28190);
     testenv::wait_for("replica-a to lead", Duration::from_secs(30), || async {
         (first.leader_gauge() == Some(1)).then_some(())
