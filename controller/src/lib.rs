@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod clients;
 pub mod cloud;
 pub mod crds;
+pub mod garbage;
 pub mod nodeclass;
 pub mod runtime;
 pub mod scheduling;

@@ -38,6 +38,7 @@ impl Controller {
             .env("METRICS_PORT", port_base.to_string())
             .env("HEALTH_PORT", (port_base + 1).to_string())
             .env("NODECLASS_RESYNC", "2s")
+            .env("GC_GRACE", "3s")
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log))
             .spawn()
@@ -372,4 +373,125 @@ async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
         .as_deref(),
         Some("replica-b")
     );
+}
+
+#[tokio::test]
+async fn orphan_instances_are_terminated_and_nodeclaims_without_instances_deleted() {
+    let _turn = TURN.lock().await;
+    let (world, cluster, client, lease_ns) = setup("ctl-gc").await;
+    let config = testenv::aws().await;
+    let ec2 = aws_sdk_ec2::Client::new(&config);
+    let subnet = world["subnets"]["private"]["a"]
+        .as_str()
+        .or_else(|| {
+            world["subnets"]["private"]
+                .as_object()?
+                .values()
+                .next()?
+                .as_str()
+        })
+        .expect("subnet")
+        .to_string();
+    let launch = |tags: Vec<(String, String)>| {
+        let ec2 = ec2.clone();
+        let subnet = subnet.clone();
+        async move {
+            let mut spec = aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance);
+            for (k, v) in tags {
+                spec = spec.tags(aws_sdk_ec2::types::Tag::builder().key(k).value(v).build());
+            }
+            ec2.run_instances()
+                .image_id("ami-12c6146b")
+                .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                .min_count(1)
+                .max_count(1)
+                .subnet_id(subnet)
+                .tag_specifications(spec.build())
+                .send()
+                .await
+                .expect("instance")
+                .instances()[0]
+                .instance_id()
+                .expect("id")
+                .to_string()
+        }
+    };
+    let owned = format!("kubernetes.io/cluster/{cluster}");
+    // What a controller that crashed right after CreateFleet leaves: an instance for a pool
+    // that no NodeClaim records.
+    let orphan = launch(vec![
+        (owned.clone(), "owned".into()),
+        ("karpenter.sh/nodepool".into(), "default".into()),
+    ])
+    .await;
+    // The cluster's own, not launched for a NodePool: never the collector's.
+    let other = launch(vec![(owned.clone(), "owned".into())]).await;
+
+    // A NodeClaim whose instance no longer exists.
+    let claims: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"),
+            "nodeclaims",
+        ),
+    );
+    let claim = testenv::unique("claim");
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": claim},
+                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+            }))
+            .expect("claim"),
+        )
+        .await
+        .expect("NodeClaim created");
+    claims
+        .patch_status(
+            &claim,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"providerID": "aws:///us-east-1a/i-0000000000000dead"}}),
+            ),
+        )
+        .await
+        .expect("status");
+
+    let _controller = Controller::start(&cluster, &lease_ns, &testenv::unique("ctl"), 28194);
+    let state = |id: String| {
+        let ec2 = ec2.clone();
+        async move {
+            ec2.describe_instances()
+                .instance_ids(id)
+                .send()
+                .await
+                .ok()?
+                .reservations()
+                .first()?
+                .instances()
+                .first()?
+                .state()?
+                .name()
+                .map(|n| n.as_str().to_string())
+        }
+    };
+    testenv::wait_for(
+        "the orphan to be terminated",
+        Duration::from_secs(60),
+        || {
+            let state = state(orphan.clone());
+            async move { (state.await.as_deref() == Some("terminated")).then_some(()) }
+        },
+    )
+    .await;
+    testenv::wait_for(
+        "the NodeClaim without instance to go",
+        Duration::from_secs(60),
+        || async { claims.get_opt(&claim).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    assert_eq!(state(other).await.as_deref(), Some("running"));
 }

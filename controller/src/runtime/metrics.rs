@@ -27,6 +27,7 @@ pub struct Metrics {
     pub nodeclass_reconciles: Family<OutcomeLabels, Counter<u64, AtomicU64>>,
     pub cloud_calls: Family<CallLabels, Counter<u64, AtomicU64>>,
     pub cloud_errors: Family<CallLabels, Counter<u64, AtomicU64>>,
+    pub garbage_collected_instances: Counter<u64, AtomicU64>,
 }
 
 impl Metrics {
@@ -56,8 +57,15 @@ impl Metrics {
             "failed AWS API calls by service and operation",
             cloud_errors.clone(),
         );
+        let garbage_collected_instances = Counter::default();
+        registry.register(
+            "garbage_collected_instances",
+            "instances terminated because no NodeClaim accounted for them",
+            garbage_collected_instances.clone(),
+        );
         Metrics {
             registry,
+            garbage_collected_instances,
             leader,
             nodeclass_reconciles,
             cloud_calls,

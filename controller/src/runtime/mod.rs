@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 
-use crate::nodeclass;
+use crate::{garbage, nodeclass};
 use metrics::Metrics;
 use server::Health;
 use settings::Settings;
@@ -80,7 +80,16 @@ pub async fn run(settings: Settings) -> Result<()> {
     metrics.leader.set(1);
     tracing::info!(identity = %elector.identity(), "elected leader");
 
-    let controllers = tokio::spawn(nodeclass::run(ctx));
+    let collector = garbage::Collector {
+        client: ctx.client.clone(),
+        ec2: ctx.ec2.clone(),
+        cluster: settings.cluster_name.clone(),
+        grace: settings.gc_grace,
+        metrics: metrics.clone(),
+    };
+    let controllers = tokio::spawn(async move {
+        tokio::join!(nodeclass::run(ctx), collector.run());
+    });
     // Keep the Lease; losing it (or a signal) ends the process, and its supervisor restarts
     // it as a standby: two leaders must never act at once.
     let renew = async {

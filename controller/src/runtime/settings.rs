@@ -39,6 +39,9 @@ pub struct Settings {
     /// How often every EC2NodeClass is resolved again (subnet tags, AMI releases).
     #[arg(long, env = "NODECLASS_RESYNC", value_parser = seconds, default_value = "60s")]
     pub nodeclass_resync: Duration,
+    /// How long an instance may run with no NodeClaim before it is terminated.
+    #[arg(long, env = "GC_GRACE", value_parser = seconds, default_value = "5m")]
+    pub gc_grace: Duration,
     /// `error`, `warn`, `info`, `debug`, or a tracing filter.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
