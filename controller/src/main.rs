@@ -22,7 +22,7 @@ enum Command {
     /// Run the controller (settings from the environment, as the Deployment sets them).
     Run {
         #[command(flatten)]
-        settings: jointer_controller::runtime::settings::Settings,
+        settings: Box<jointer_controller::runtime::settings::Settings>,
     },
     /// Print the CRDs generated from the API types (or write one file per CRD into --out).
     Crds {
@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run { settings } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(jointer_controller::runtime::run(settings))?;
+            runtime.block_on(jointer_controller::runtime::run(*settings))?;
         }
         Command::Crds { out } => {
             for (file, crd) in jointer_controller::crds::all() {
