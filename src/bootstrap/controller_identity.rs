@@ -128,6 +128,11 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                         &mut plan.changes,
                     )?,
                     None => {
+                        // Off the role first, then gone: a policy deleted while attached
+                        // leaves the role undeletable in some IAM implementations.
+                        if let Some(role) = role.as_ref().filter(|r| r.attached.contains(arn)) {
+                            plan.changes.push(iam::detach_change(&role.name, arn));
+                        }
                         if let Some(p) = observed {
                             iam::remove_policy(ctx, name, p, &mut plan.changes);
                         }

@@ -282,6 +282,20 @@ fn attach(resource: &str, role: &str, arn: &str) -> Change {
     .detail(short_policy_name(arn))
 }
 
+/// Detaching a managed policy from a role.
+pub fn detach_change(role: &str, arn: &str) -> Change {
+    Change::new(
+        Op::Delete,
+        format!("iam role {role}"),
+        Action::Detach {
+            role: role.to_string(),
+            policy_arn: arn.to_string(),
+        },
+    )
+    .field("attached policy")
+    .detail(short_policy_name(arn))
+}
+
 pub fn short_policy_name(arn: &str) -> String {
     arn.rsplit('/').next().unwrap_or(arn).to_string()
 }
@@ -340,18 +354,7 @@ pub fn remove_role(ctx: &Context, role: &Role, changes: &mut Vec<Change>) {
         );
     }
     for arn in &role.attached {
-        changes.push(
-            Change::new(
-                Op::Delete,
-                &resource,
-                Action::Detach {
-                    role: role.name.clone(),
-                    policy_arn: arn.clone(),
-                },
-            )
-            .field("attached policy")
-            .detail(short_policy_name(arn)),
-        );
+        changes.push(detach_change(&role.name, arn));
     }
     for policy in &role.inline {
         changes.push(
