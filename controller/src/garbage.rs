@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::Filter;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::ResourceExt;
 
 use crate::api::nodeclaim::NodeClaim;
+use crate::cloud::aws_tags::owned_instance_filters;
 use crate::runtime::metrics::Metrics;
 
 /// How often the collector looks.
@@ -53,24 +53,10 @@ pub struct Collector {
 impl Collector {
     /// The cluster's live instances launched for a NodePool: id → launch time.
     async fn instances(&self) -> anyhow::Result<BTreeMap<String, Timestamp>> {
-        let filters = vec![
-            Filter::builder()
-                .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
-                .values("owned")
-                .build(),
-            Filter::builder()
-                .name("tag-key")
-                .values("karpenter.sh/nodepool")
-                .build(),
-            Filter::builder()
-                .name("instance-state-name")
-                .set_values(Some(
-                    ["pending", "running", "stopping", "stopped"]
-                        .map(String::from)
-                        .to_vec(),
-                ))
-                .build(),
-        ];
+        let filters = owned_instance_filters(
+            &self.cluster,
+            &["pending", "running", "stopping", "stopped"],
+        );
         let out = self
             .ec2
             .describe_instances()

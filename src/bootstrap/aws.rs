@@ -62,6 +62,21 @@ where
     anyhow::anyhow!("{what}: {detail}")
 }
 
+/// Tags an EKS resource (access entry, pod identity association) by ARN.
+pub async fn tag_eks_resource(
+    eks: &aws_sdk_eks::Client,
+    arn: &str,
+    tags: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    eks.tag_resource()
+        .resource_arn(arn)
+        .set_tags(Some(tags.clone().into_iter().collect()))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| failed(&format!("eks:TagResource {arn}"), e))
+}
+
 /// A delete whose target is already gone has done its job: the `missing` codes are success.
 pub fn gone_ok<T, E, R>(
     result: Result<T, SdkError<E, R>>,

@@ -107,7 +107,7 @@ pub async fn remove_if_ours(
     changes: &mut Vec<Change>,
 ) -> Result<()> {
     let r = ObjectRef::of(object)?;
-    let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+    let Some(api) = kube_objects::api_for(ctx, &r).await? else {
         return Ok(());
     };
     if let Some(live) = kube_objects::get(&api, &r).await? {

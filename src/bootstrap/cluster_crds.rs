@@ -37,7 +37,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         Goal::Remove if ctx.options.delete_crds => {
             for crd in &crds {
                 let r = ObjectRef::of(crd)?;
-                let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+                let Some(api) = kube_objects::api_for(ctx, &r).await? else {
                     continue;
                 };
                 if let Some(live) = kube_objects::get(&api, &r).await? {

@@ -77,7 +77,7 @@ pub async fn labelled(ctx: &Context) -> Result<Vec<ObjectRef>> {
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
     let mut out = Vec::new();
     for r in [pool_ref("_"), class_ref("_")] {
-        let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+        let Some(api) = kube_objects::api_for(ctx, &r).await? else {
             continue;
         };
         let listed = api
@@ -165,7 +165,7 @@ async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
         namespace: None,
         name: String::new(),
     };
-    let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+    let Some(api) = kube_objects::api_for(ctx, &r).await? else {
         return Ok(0);
     };
     let selector = format!("{POOL_LABEL}={pool}");
@@ -187,7 +187,7 @@ async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
 }
 
 async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
-    match kube_objects::api_for(&ctx.kube, r).await? {
+    match kube_objects::api_for(ctx, r).await? {
         Some(api) => Ok(kube_objects::get(&api, r).await?.is_some()),
         None => Ok(false),
     }
@@ -243,7 +243,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         Action::DeletePool { name } => (pool_ref(name), Some(name.as_str())),
         Action::DeleteClass { name } => (class_ref(name), None),
     };
-    if let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? {
+    if let Some(api) = kube_objects::api_for(ctx, &r).await? {
         kube_objects::delete(&api, &r).await?;
     }
     wait_until_gone(ctx, &r.label(), &r, pool).await

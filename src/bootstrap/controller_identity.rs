@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 
-use super::aws::{code, failed, gone_ok};
+use super::aws::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::{self, owned, DesiredRole};
 use super::permissions::{controller_policies, irsa_trust, pod_identity_trust};
 use super::{Change, Context, Goal, Op, Step, StepPlan};
@@ -64,10 +64,6 @@ struct Association {
     arn: String,
     role_arn: String,
     tags: BTreeMap<String, String>,
-}
-
-fn role_arn(ctx: &Context) -> String {
-    ctx.controller_role_arn()
 }
 
 fn policy_arn(ctx: &Context, group: &str) -> String {
@@ -234,7 +230,7 @@ fn converge_association(
     plan: &mut StepPlan,
 ) -> Result<()> {
     let resource = association_resource(ctx);
-    let want = role_arn(ctx);
+    let want = ctx.controller_role_arn();
     match (identity, association) {
         (Identity::PodIdentity, None) => plan.changes.push(
             Change::new(
@@ -401,14 +397,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .await
                 .map_err(|e| failed(&format!("eks:UpdatePodIdentityAssociation {id}"), e))?;
         }
-        Action::TagAssociation { arn, tags } => {
-            eks.tag_resource()
-                .resource_arn(arn)
-                .set_tags(Some(tags.clone().into_iter().collect()))
-                .send()
-                .await
-                .map_err(|e| failed(&format!("eks:TagResource {arn}"), e))?;
-        }
+        Action::TagAssociation { arn, tags } => tag_eks_resource(eks, arn, tags).await?,
         Action::DeleteAssociation { id } => gone_ok(
             eks.delete_pod_identity_association()
                 .cluster_name(cluster)

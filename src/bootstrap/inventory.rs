@@ -104,7 +104,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     let mut stale: Vec<ObjectRef> = stale.into_iter().collect();
     stale.sort_by_key(|r| (r.kind != "NodePool", r.kind != "EC2NodeClass"));
     for r in stale {
-        let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+        let Some(api) = kube_objects::api_for(ctx, &r).await? else {
             continue;
         };
         let Some(live) = kube_objects::get(&api, &r).await? else {

@@ -64,15 +64,26 @@ impl ObjectRef {
 }
 
 /// The API for an object's kind, or `None` when the server does not serve it (its CRD is not
-/// installed yet).
-pub async fn api_for(client: &kube::Client, r: &ObjectRef) -> Result<Option<Api<DynamicObject>>> {
-    let resource = match kube::discovery::pinned_kind(client, &r.gvk()).await {
-        Ok((resource, _)) => resource,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-        Err(kube::Error::Discovery(_)) => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("discovering {}", r.api_version)),
+/// installed yet). A kind found once is remembered for the run (one discovery request per
+/// kind, not per object); one not served is asked again, since this run may install its CRD.
+pub async fn api_for(ctx: &Context, r: &ObjectRef) -> Result<Option<Api<DynamicObject>>> {
+    let key = format!("{}/{}", r.api_version, r.kind);
+    let known = ctx.kinds.lock().ok().and_then(|k| k.get(&key).cloned());
+    let resource = match known {
+        Some(resource) => resource,
+        None => match kube::discovery::pinned_kind(&ctx.kube, &r.gvk()).await {
+            Ok((resource, _)) => {
+                if let Ok(mut kinds) = ctx.kinds.lock() {
+                    kinds.insert(key, resource.clone());
+                }
+                resource
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(kube::Error::Discovery(_)) => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("discovering {}", r.api_version)),
+        },
     };
-    Ok(Some(api(client, &resource, r)))
+    Ok(Some(api(&ctx.kube, &resource, r)))
 }
 
 fn api(client: &kube::Client, resource: &ApiResource, r: &ObjectRef) -> Api<DynamicObject> {
@@ -235,7 +246,7 @@ fn short(v: &Value) -> String {
 pub async fn converge(ctx: &Context, desired: Value, changes: &mut Vec<Change>) -> Result<()> {
     let r = ObjectRef::of(&desired)?;
     let resource = r.label();
-    let Some(api) = api_for(&ctx.kube, &r).await? else {
+    let Some(api) = api_for(ctx, &r).await? else {
         changes.push(
             Change::new(Op::Create, resource, Action::Apply { object: desired })
                 .detail("its kind is installed first"),
@@ -318,7 +329,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
     match action {
         Action::Apply { object } => {
             let r = ObjectRef::of(object)?;
-            let Some(api) = api_for(&ctx.kube, &r).await? else {
+            let Some(api) = api_for(ctx, &r).await? else {
                 bail!(
                     "{}: the API server does not serve {} {}",
                     r.label(),
@@ -329,7 +340,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             apply(&api, object, false).await?;
         }
         Action::Delete { object } => {
-            if let Some(api) = api_for(&ctx.kube, object).await? {
+            if let Some(api) = api_for(ctx, object).await? {
                 delete(&api, object).await?;
             }
         }

@@ -229,6 +229,8 @@ pub struct Context {
     pub aws: Clients,
     pub kube: kube::Client,
     pub kube_context: Option<String>,
+    /// Kubernetes kinds discovered so far (see `kube_objects::api_for`).
+    pub kinds: std::sync::Mutex<std::collections::HashMap<String, kube::discovery::ApiResource>>,
     pub node_objects: Vec<Value>,
     pub spot_allowed: bool,
     pub options: Options,
@@ -254,6 +256,7 @@ impl Context {
             aws,
             kube,
             kube_context: inputs.kube_context,
+            kinds: Default::default(),
             spot_allowed: inputs.spot_allowed,
             options: inputs.options,
         })

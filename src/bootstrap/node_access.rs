@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde::{Deserialize, Serialize};
 
-use super::aws::{code, failed, gone_ok};
+use super::aws::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::owned;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::config::NodeAccess;
@@ -298,56 +298,48 @@ async fn edit_mappings(ctx: &Context, role_arn: &str, add: bool) -> Result<()> {
     bail!("configmap kube-system/aws-auth kept changing under jointer (5 conflicting writes); re-run apply")
 }
 
+async fn create_entry(
+    ctx: &Context,
+    principal: &str,
+    tags: &BTreeMap<String, String>,
+) -> Result<()> {
+    ctx.aws
+        .eks
+        .create_access_entry()
+        .cluster_name(&ctx.cluster.name)
+        .principal_arn(principal)
+        .r#type(ENTRY_TYPE)
+        .set_tags(Some(tags.clone().into_iter().collect()))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| failed(&format!("eks:CreateAccessEntry {principal}"), e))
+}
+
+async fn delete_entry(ctx: &Context, principal: &str) -> Result<()> {
+    gone_ok(
+        ctx.aws
+            .eks
+            .delete_access_entry()
+            .cluster_name(&ctx.cluster.name)
+            .principal_arn(principal)
+            .send()
+            .await,
+        &["ResourceNotFoundException"],
+        &format!("eks:DeleteAccessEntry {principal}"),
+    )
+}
+
 pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
-    let eks = &ctx.aws.eks;
-    let cluster = &ctx.cluster.name;
     match action {
-        Action::CreateEntry { principal, tags } => {
-            eks.create_access_entry()
-                .cluster_name(cluster)
-                .principal_arn(principal)
-                .r#type(ENTRY_TYPE)
-                .set_tags(Some(tags.clone().into_iter().collect()))
-                .send()
-                .await
-                .map_err(|e| failed(&format!("eks:CreateAccessEntry {principal}"), e))?;
-        }
-        Action::TagEntry { arn, tags } => {
-            eks.tag_resource()
-                .resource_arn(arn)
-                .set_tags(Some(tags.clone().into_iter().collect()))
-                .send()
-                .await
-                .map_err(|e| failed(&format!("eks:TagResource {arn}"), e))?;
-        }
+        Action::CreateEntry { principal, tags } => create_entry(ctx, principal, tags).await,
+        Action::TagEntry { arn, tags } => tag_eks_resource(&ctx.aws.eks, arn, tags).await,
         Action::ReplaceEntry { principal, tags } => {
-            Box::pin(execute(
-                ctx,
-                &Action::DeleteEntry {
-                    principal: principal.clone(),
-                },
-            ))
-            .await?;
-            Box::pin(execute(
-                ctx,
-                &Action::CreateEntry {
-                    principal: principal.clone(),
-                    tags: tags.clone(),
-                },
-            ))
-            .await?;
+            delete_entry(ctx, principal).await?;
+            create_entry(ctx, principal, tags).await
         }
-        Action::DeleteEntry { principal } => gone_ok(
-            eks.delete_access_entry()
-                .cluster_name(cluster)
-                .principal_arn(principal)
-                .send()
-                .await,
-            &["ResourceNotFoundException"],
-            &format!("eks:DeleteAccessEntry {principal}"),
-        )?,
-        Action::MapRole { role_arn } => edit_mappings(ctx, role_arn, true).await?,
-        Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, false).await?,
+        Action::DeleteEntry { principal } => delete_entry(ctx, principal).await,
+        Action::MapRole { role_arn } => edit_mappings(ctx, role_arn, true).await,
+        Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, false).await,
     }
-    Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
+use jointer_controller::cloud::aws_tags::{owned_instance_filters, profile_path_prefix};
 
 use super::aws::failed;
 use super::{iam, Change, Context, Goal, Op, Step, StepPlan};
@@ -27,38 +28,15 @@ impl From<Action> for super::Action {
     }
 }
 
-/// Instance profiles the controller makes live under this path.
-pub fn profile_path(ctx: &Context) -> String {
-    format!("/karpenter/{}/{}/", ctx.cluster.region, ctx.cluster.name)
-}
-
-fn owned_instances_filters(ctx: &Context) -> Vec<Filter> {
-    vec![
-        Filter::builder()
-            .name(format!("tag:kubernetes.io/cluster/{}", ctx.cluster.name))
-            .values("owned")
-            .build(),
-        Filter::builder()
-            .name("tag-key")
-            .values("karpenter.sh/nodepool")
-            .build(),
-        Filter::builder()
-            .name("instance-state-name")
-            .set_values(Some(
-                ["pending", "running", "stopping", "stopped", "shutting-down"]
-                    .map(String::from)
-                    .to_vec(),
-            ))
-            .build(),
-    ]
-}
-
 async fn live_instances(ctx: &Context) -> Result<Vec<String>> {
     let reservations = ctx
         .aws
         .ec2
         .describe_instances()
-        .set_filters(Some(owned_instances_filters(ctx)))
+        .set_filters(Some(owned_instance_filters(
+            &ctx.cluster.name,
+            &["pending", "running", "stopping", "stopped", "shutting-down"],
+        )))
         .into_paginator()
         .items()
         .send()
@@ -126,7 +104,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         .aws
         .iam
         .list_instance_profiles()
-        .path_prefix(profile_path(ctx))
+        .path_prefix(profile_path_prefix(&ctx.cluster.region, &ctx.cluster.name))
         .into_paginator()
         .items()
         .send()

@@ -119,7 +119,7 @@ pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
         let name = r.name.clone();
         poll(ctx, &what, || async {
             let r = cluster_nodes::class_ref(&name);
-            let Some(api) = kube_objects::api_for(&ctx.kube, &r).await? else {
+            let Some(api) = kube_objects::api_for(ctx, &r).await? else {
                 return Ok(false);
             };
             match kube_objects::get(&api, &r).await? {

@@ -2,4 +2,5 @@
 //! (used by `jointer simulate`, tests and benchmarks); the AWS implementation arrives with the
 //! provisioning controller.
 
+pub mod aws_tags;
 pub mod sim;

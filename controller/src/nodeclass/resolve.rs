@@ -236,8 +236,11 @@ pub fn profile_name(cluster: &str, region: &str, class: &str) -> String {
 /// Where profiles of a class live (teardown sweeps `/karpenter/<region>/<cluster>/`).
 pub fn profile_path(ctx: &Ctx, uid: &str) -> String {
     format!(
-        "/karpenter/{}/{}/{uid}/",
-        ctx.settings.region, ctx.settings.cluster_name
+        "{}{uid}/",
+        crate::cloud::aws_tags::profile_path_prefix(
+            &ctx.settings.region,
+            &ctx.settings.cluster_name
+        )
     )
 }
 

@@ -1,0 +1,29 @@
+//! What the controller marks as its own on AWS, in one place for the controller (which
+//! garbage-collects it) and the CLI (whose teardown sweeps it): instances tagged
+//! `kubernetes.io/cluster/<cluster>=owned` with a `karpenter.sh/nodepool` tag, and instance
+//! profiles under `/karpenter/<region>/<cluster>/`.
+
+use aws_sdk_ec2::types::Filter;
+
+/// DescribeInstances filters for the cluster's NodePool instances in the given states.
+pub fn owned_instance_filters(cluster: &str, states: &[&str]) -> Vec<Filter> {
+    vec![
+        Filter::builder()
+            .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+            .values("owned")
+            .build(),
+        Filter::builder()
+            .name("tag-key")
+            .values("karpenter.sh/nodepool")
+            .build(),
+        Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(states.iter().map(|s| s.to_string()).collect()))
+            .build(),
+    ]
+}
+
+/// The IAM path every instance profile of the cluster lives under.
+pub fn profile_path_prefix(region: &str, cluster: &str) -> String {
+    format!("/karpenter/{region}/{cluster}/")
+}
