@@ -160,26 +160,49 @@ impl Catalog {
                     });
                 }
             }
-            let mut requirements = shape_labels(shape);
-            requirements.add(labels::REGION, Requirement::any_of([region]));
-            let hw = Hardware {
-                vcpu: shape.vcpu,
-                memory_mib: shape.memory_mib,
-                enis: shape.enis,
-                ipv4_per_eni: shape.ipv4_per_eni,
-            };
-            let (mut capacity, overhead) = capacity_and_overhead(&hw, kubelet);
-            add_devices(shape, &mut capacity);
-            out.push(Arc::new(InstanceType::new(
-                &shape.name,
-                requirements,
-                capacity,
-                overhead,
-                offerings,
-            )));
+            out.push(Arc::new(instance_type(shape, region, kubelet, offerings)));
         }
         Ok(out)
     }
+
+    /// The estimated spot discount in `zone` of `region` (0.6 when the catalog has none).
+    pub fn spot_discount(&self, region: &str, zone: &str) -> f64 {
+        self.regions
+            .get(region)
+            .and_then(|r| r.spot_discount.get(zone))
+            .copied()
+            .unwrap_or(0.6)
+    }
+
+    /// The estimated on-demand USD/hour of a type, if the catalog knows it.
+    pub fn on_demand_estimate(&self, name: &str) -> Option<f64> {
+        self.types
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.od_price)
+    }
+}
+
+/// An instance type of `shape` in `region`: its labels, capacity and allocatable under
+/// `kubelet`, and the given offerings. Shared by the embedded catalog and the live AWS one, so
+/// simulation and provisioning compute allocatable the same way.
+pub fn instance_type(
+    shape: &Shape,
+    region: &str,
+    kubelet: &KubeletSettings,
+    offerings: Vec<Offering>,
+) -> InstanceType {
+    let mut requirements = shape_labels(shape);
+    requirements.add(labels::REGION, Requirement::any_of([region]));
+    let hw = Hardware {
+        vcpu: shape.vcpu,
+        memory_mib: shape.memory_mib,
+        enis: shape.enis,
+        ipv4_per_eni: shape.ipv4_per_eni,
+    };
+    let (mut capacity, overhead) = capacity_and_overhead(&hw, kubelet);
+    add_devices(shape, &mut capacity);
+    InstanceType::new(&shape.name, requirements, capacity, overhead, offerings)
 }
 
 fn add_devices(shape: &Shape, capacity: &mut Resources) {

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::ResourceExt;
 
 use crate::api::nodeclaim::NodeClaim;
-use crate::cloud::aws_tags::owned_instance_filters;
+use crate::cloud::aws::tags::owned_instance_filters;
 use crate::runtime::metrics::Metrics;
 
 /// How often the collector looks.

@@ -11,6 +11,8 @@ pub mod clients;
 pub mod cloud;
 pub mod crds;
 pub mod garbage;
+pub mod lifecycle;
 pub mod nodeclass;
+pub mod provisioning;
 pub mod runtime;
 pub mod scheduling;

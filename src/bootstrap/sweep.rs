@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
-use jointer_controller::cloud::aws_tags::{owned_instance_filters, profile_path_prefix};
+use jointer_controller::cloud::aws::tags::{owned_instance_filters, profile_path_prefix};
 
 use super::aws::failed;
 use super::{iam, Change, Context, Goal, Op, Step, StepPlan};

@@ -1,6 +1,7 @@
 //! Test support: the real `jointer` binary in a throwaway directory, and the test environment.
 #![allow(dead_code)]
 
+pub mod controller;
 pub mod testenv;
 pub mod world;
 

@@ -1,6 +1,5 @@
 //! Clouds the controller provisions from. `sim` is an in-memory cloud over an instance catalog
-//! (used by `jointer simulate`, tests and benchmarks); the AWS implementation arrives with the
-//! provisioning controller.
+//! (used by `jointer simulate`, tests and benchmarks); `aws` launches real EC2 instances.
 
-pub mod aws_tags;
+pub mod aws;
 pub mod sim;

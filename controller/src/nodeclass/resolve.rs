@@ -237,7 +237,7 @@ pub fn profile_name(cluster: &str, region: &str, class: &str) -> String {
 pub fn profile_path(ctx: &Ctx, uid: &str) -> String {
     format!(
         "{}{uid}/",
-        crate::cloud::aws_tags::profile_path_prefix(
+        crate::cloud::aws::tags::profile_path_prefix(
             &ctx.settings.region,
             &ctx.settings.cluster_name
         )

@@ -6,6 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -19,6 +20,18 @@ pub struct CallLabels {
     pub operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+type PoolCounter = Family<PoolLabels, Counter<u64, AtomicU64>>;
+
 /// Every metric, registered once.
 pub struct Metrics {
     pub registry: Registry,
@@ -28,6 +41,21 @@ pub struct Metrics {
     pub cloud_calls: Family<CallLabels, Counter<u64, AtomicU64>>,
     pub cloud_errors: Family<CallLabels, Counter<u64, AtomicU64>>,
     pub garbage_collected_instances: Counter<u64, AtomicU64>,
+    pub nodeclaims_created: PoolCounter,
+    pub nodeclaims_launched: PoolCounter,
+    pub nodeclaims_registered: PoolCounter,
+    pub nodeclaims_initialized: PoolCounter,
+    pub nodeclaims_terminated: PoolCounter,
+    /// Pending pod seen unschedulable → its NodeClaim created.
+    pub decision_latency: Histogram,
+    pub solve_duration: Histogram,
+    pub pods_pending: Family<ReasonLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+}
+
+fn pool_counter(registry: &mut Registry, name: &str, help: &str) -> PoolCounter {
+    let family = PoolCounter::default();
+    registry.register(name, help, family.clone());
+    family
 }
 
 impl Metrics {
@@ -63,8 +91,59 @@ impl Metrics {
             "instances terminated because no NodeClaim accounted for them",
             garbage_collected_instances.clone(),
         );
+        let nodeclaims_created = pool_counter(
+            &mut registry,
+            "nodeclaims_created",
+            "NodeClaims created by the provisioner, by NodePool",
+        );
+        let nodeclaims_launched = pool_counter(
+            &mut registry,
+            "nodeclaims_launched",
+            "NodeClaims whose instance was launched, by NodePool",
+        );
+        let nodeclaims_registered = pool_counter(
+            &mut registry,
+            "nodeclaims_registered",
+            "NodeClaims whose Node registered, by NodePool",
+        );
+        let nodeclaims_initialized = pool_counter(
+            &mut registry,
+            "nodeclaims_initialized",
+            "NodeClaims whose Node became Ready and lost its startup taints, by NodePool",
+        );
+        let nodeclaims_terminated = pool_counter(
+            &mut registry,
+            "nodeclaims_terminated",
+            "NodeClaims drained and terminated, by NodePool",
+        );
+        let decision_latency = Histogram::new(exponential_buckets(0.1, 2.0, 12));
+        registry.register(
+            "provisioning_decision_seconds",
+            "time from a pod being marked unschedulable to the NodeClaim that will hold it being created",
+            decision_latency.clone(),
+        );
+        let solve_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "scheduling_solve_seconds",
+            "duration of one scheduling solve",
+            solve_duration.clone(),
+        );
+        let pods_pending = Family::default();
+        registry.register(
+            "pods_pending",
+            "pending pods the provisioner could not place at its last decision, by reason",
+            pods_pending.clone(),
+        );
         Metrics {
             registry,
+            nodeclaims_created,
+            nodeclaims_launched,
+            nodeclaims_registered,
+            nodeclaims_initialized,
+            nodeclaims_terminated,
+            decision_latency,
+            solve_duration,
+            pods_pending,
             garbage_collected_instances,
             leader,
             nodeclass_reconciles,
@@ -83,6 +162,14 @@ impl Metrics {
         if result.is_err() {
             self.cloud_errors.get_or_create(&labels).inc();
         }
+    }
+
+    pub fn count_pool(family: &PoolCounter, pool: &str) {
+        family
+            .get_or_create(&PoolLabels {
+                nodepool: pool.to_string(),
+            })
+            .inc();
     }
 
     pub fn encode(&self) -> String {

@@ -5,13 +5,15 @@ pub mod leader;
 pub mod metrics;
 pub mod server;
 pub mod settings;
+pub mod stores;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 
-use crate::{garbage, nodeclass};
+use crate::cloud::aws::{describe_cluster, AwsCloud};
+use crate::{garbage, lifecycle, nodeclass, provisioning};
 use metrics::Metrics;
 use server::Health;
 use settings::Settings;
@@ -87,8 +89,49 @@ pub async fn run(settings: Settings) -> Result<()> {
         grace: settings.gc_grace,
         metrics: metrics.clone(),
     };
+    let cluster = describe_cluster(
+        &aws_sdk_eks::Client::new(&aws),
+        &settings.cluster_name,
+        settings.cluster_endpoint.as_deref(),
+    )
+    .await?;
+    let cloud = Arc::new(AwsCloud::new(
+        &aws,
+        &settings.region,
+        cluster,
+        metrics.clone(),
+    )?);
+    let (stores, caches) = stores::Stores::start(&ctx.client);
+    let reporter = kube::runtime::events::Reporter {
+        controller: "jointer-controller".into(),
+        instance: Some(elector.identity().to_string()),
+    };
+    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), reporter);
+    let provisioner = provisioning::Provisioner {
+        client: ctx.client.clone(),
+        cloud: cloud.clone(),
+        stores: stores.clone(),
+        settings: settings.clone(),
+        metrics: metrics.clone(),
+        recorder: recorder.clone(),
+    };
+    let lifecycle_ctx = Arc::new(lifecycle::Ctx {
+        client: ctx.client.clone(),
+        cloud,
+        stores: stores.clone(),
+        metrics: metrics.clone(),
+        recorder,
+    });
+    let pool_status = provisioning::pool_status_loop(ctx.client.clone(), stores);
     let controllers = tokio::spawn(async move {
-        tokio::join!(nodeclass::run(ctx), collector.run());
+        tokio::join!(
+            caches,
+            nodeclass::run(ctx),
+            collector.run(),
+            provisioner.run(),
+            lifecycle::run(lifecycle_ctx),
+            pool_status,
+        );
     });
     // Keep the Lease; losing it (or a signal) ends the process, and its supervisor restarts
     // it as a standby: two leaders must never act at once.

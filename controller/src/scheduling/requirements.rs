@@ -102,6 +102,34 @@ impl Requirement {
         !self.complement && self.values.is_empty()
     }
 
+    /// As API requirements on `key` (a bounded range needs one entry per bound; values
+    /// excluded from a range are dropped, which only widens it).
+    pub fn to_api(&self, key: &str) -> Vec<NodeSelectorRequirementWithMinValues> {
+        let entry = |operator, values: Vec<String>| NodeSelectorRequirementWithMinValues {
+            key: key.to_string(),
+            operator,
+            values,
+            min_values: self.min_values.map(|m| m as i64),
+        };
+        let values = || self.values.iter().cloned().collect::<Vec<_>>();
+        if self.greater_than.is_some() || self.less_than.is_some() {
+            let mut out = Vec::new();
+            if let Some(g) = self.greater_than {
+                out.push(entry(Operator::Gt, vec![g.max(0).to_string()]));
+            }
+            if let Some(l) = self.less_than {
+                out.push(entry(Operator::Lt, vec![l.to_string()]));
+            }
+            return out;
+        }
+        vec![match (self.complement, self.values.is_empty()) {
+            (false, false) => entry(Operator::In, values()),
+            (false, true) => entry(Operator::DoesNotExist, vec![]),
+            (true, true) => entry(Operator::Exists, vec![]),
+            (true, false) => entry(Operator::NotIn, values()),
+        }]
+    }
+
     /// The finite set of allowed values, if the requirement is finite.
     pub fn values(&self) -> Option<&BTreeSet<String>> {
         (!self.complement).then_some(&self.values)

@@ -183,6 +183,11 @@ class Simulator:
             "ec2", region_name=args.region, endpoint_url=args.moto_url,
             aws_access_key_id="testing", aws_secret_access_key="testing",
             config=botocore.config.Config(retries={"max_attempts": 2}, read_timeout=30))
+        self.eks = boto3.session.Session().client(
+            "eks", region_name=args.region, endpoint_url=args.moto_url,
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+            config=botocore.config.Config(retries={"max_attempts": 2}, read_timeout=30))
+        self.clusters = {args.cluster}
         self.kube = requests.Session()
         # Not the machine's CA bundle or proxies from the environment (REQUESTS_CA_BUNDLE,
         # HTTPS_PROXY): only the cluster's CA, only loopback.
@@ -228,6 +233,23 @@ class Simulator:
                 for inst in res["Instances"]:
                     out[inst["InstanceId"]] = inst
         return out
+
+    def joins_cluster(self, name, inst):
+        """Tests make a world (and an EKS cluster in moto) each, all served by the one API
+        server: an instance joins the cluster its NodeConfig names when that cluster exists
+        and the instance carries its kubernetes.io/cluster/<name> tag."""
+        if name == self.args.cluster:
+            return True
+        tagged = {t["Key"] for t in inst.get("Tags") or []}
+        if f"kubernetes.io/cluster/{name}" not in tagged:
+            return False
+        if name not in self.clusters:
+            try:
+                self.eks.describe_cluster(name=name)
+            except botocore.exceptions.ClientError:
+                return False
+            self.clusters.add(name)
+        return True
 
     def instance_type(self, name):
         if name not in self.itypes:
@@ -351,8 +373,9 @@ class Simulator:
         for field in ("name", "apiServerEndpoint", "certificateAuthority", "cidr"):
             if not cluster.get(field):
                 raise Rejected(f"NodeConfig spec.cluster.{field} is missing (nodeadm refuses it)")
-        if cluster["name"] != self.args.cluster:
-            raise Rejected(f"NodeConfig names cluster {cluster['name']!r}, not {self.args.cluster!r}")
+        if not self.joins_cluster(cluster["name"], inst):
+            raise Rejected(f"NodeConfig names cluster {cluster['name']!r}, which is neither "
+                           f"{self.args.cluster!r} nor an EKS cluster in moto the instance is tagged for")
         if cluster["apiServerEndpoint"].rstrip("/") != self.args.apiserver_url.rstrip("/"):
             raise Rejected(f"NodeConfig apiServerEndpoint {cluster['apiServerEndpoint']!r} is not the "
                            f"cluster's {self.args.apiserver_url!r}")

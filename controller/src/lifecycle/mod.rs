@@ -1,0 +1,405 @@
+//! The NodeClaim lifecycle: launch an instance (or find the one a crashed run launched),
+//! register the Node that joins with the same provider ID (sync labels and taints, drop the
+//! unregistered taint, own it), mark it initialized once Ready without startup taints, give up
+//! on launches and registrations that take too long, and on deletion drain the node through
+//! the eviction API, terminate the instance and only then let the NodeClaim go.
+
+pub mod conditions;
+pub mod drain;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::api::labels;
+use crate::api::nodeclaim::{NodeClaim, NodeClaimStatus};
+use crate::cloud::aws::user_data::UNREGISTERED_TAINT;
+use crate::cloud::aws::{node_labels, AwsCloud, LaunchError};
+use crate::garbage::instance_id;
+use crate::provisioning::nodeclaim::quantities;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::stores::Stores;
+use conditions::{is_true, set, INITIALIZED, LAUNCHED, REGISTERED};
+
+/// A NodeClaim not launched after this long is deleted (upstream's timeout).
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(300);
+/// A launched NodeClaim whose Node has not registered after this long is deleted.
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
+/// How often a claim on its way to Ready is looked at again.
+const PROGRESS: Duration = Duration::from_secs(1);
+
+pub struct Ctx {
+    pub client: kube::Client,
+    pub cloud: Arc<AwsCloud>,
+    pub stores: Stores,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Cloud(#[from] LaunchError),
+}
+
+fn age(claim: &NodeClaim) -> Duration {
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0))
+        .and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or_default()
+}
+
+fn pool_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(labels::NODEPOOL)
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn event(ctx: &Ctx, claim: &NodeClaim, warning: bool, reason: &str, note: String) {
+    let reference: ObjectReference = claim.object_ref(&());
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        tracing::warn!(error = %e, "publishing a NodeClaim Event failed");
+    }
+}
+
+async fn patch_status(
+    api: &Api<NodeClaim>,
+    name: &str,
+    status: &NodeClaimStatus,
+) -> Result<(), kube::Error> {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+fn find_node(ctx: &Ctx, provider_id: &str) -> Option<Arc<Node>> {
+    ctx.stores
+        .nodes
+        .state()
+        .into_iter()
+        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+}
+
+async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let name = claim.name_any();
+    if claim.metadata.deletion_timestamp.is_some() {
+        return terminate(&api, &claim, &ctx).await;
+    }
+    if !claim
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        let mut finalizers = claim.finalizers().to_vec();
+        finalizers.push(labels::TERMINATION_FINALIZER.into());
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await?;
+    }
+    let mut status = claim.status.clone().unwrap_or_default();
+    if status.provider_id.is_none() {
+        return launch(&api, &claim, status, &ctx).await;
+    }
+    let provider_id = status.provider_id.clone().unwrap_or_default();
+    if !is_true(&status.conditions, REGISTERED) {
+        let Some(node) = find_node(&ctx, &provider_id) else {
+            if age(&claim) > REGISTRATION_TIMEOUT {
+                let why = format!(
+                    "no Node registered for {provider_id} within {} minutes",
+                    REGISTRATION_TIMEOUT.as_secs() / 60
+                );
+                tracing::warn!(nodeclaim = %name, reason = %why, "deleting NodeClaim");
+                event(&ctx, &claim, true, "RegistrationTimeout", why).await;
+                api.delete(&name, &DeleteParams::background()).await?;
+                return Ok(Action::await_change());
+            }
+            return Ok(Action::requeue(PROGRESS));
+        };
+        register(&claim, &node, &ctx).await?;
+        status.node_name = Some(node.name_any());
+        set(&mut status.conditions, REGISTERED, true, "Registered", "");
+        patch_status(&api, &name, &status).await?;
+        Metrics::count_pool(&ctx.metrics.nodeclaims_registered, &pool_of(&claim));
+        tracing::info!(nodeclaim = %name, node = %node.name_any(), "registered");
+        return Ok(Action::requeue(PROGRESS));
+    }
+    if !is_true(&status.conditions, INITIALIZED) {
+        let node_name = status.node_name.clone().unwrap_or_default();
+        let Some(node) = ctx
+            .stores
+            .nodes
+            .state()
+            .into_iter()
+            .find(|n| n.name_any() == node_name)
+        else {
+            return Ok(Action::requeue(PROGRESS));
+        };
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let starting = taints.iter().any(|t| {
+            t.key == UNREGISTERED_TAINT || claim.spec.startup_taints.iter().any(|s| s.key == t.key)
+        });
+        if ready && !starting {
+            set(&mut status.conditions, INITIALIZED, true, "Initialized", "");
+            patch_status(&api, &name, &status).await?;
+            Metrics::count_pool(&ctx.metrics.nodeclaims_initialized, &pool_of(&claim));
+            tracing::info!(nodeclaim = %name, node = %node_name, "initialized");
+            return Ok(Action::requeue(Duration::from_secs(60)));
+        }
+        return Ok(Action::requeue(PROGRESS));
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Launches (or adopts the instance of a launch whose result a crash lost).
+async fn launch(
+    api: &Api<NodeClaim>,
+    claim: &NodeClaim,
+    mut status: NodeClaimStatus,
+    ctx: &Ctx,
+) -> Result<Action, Error> {
+    let name = claim.name_any();
+    let class_name = &claim.spec.node_class_ref.name;
+    let classes: Api<EC2NodeClass> = Api::all(ctx.client.clone());
+    let class = classes.get_opt(class_name).await?;
+    let result = match (ctx.cloud.find_launched(&name).await?, class) {
+        (Some((launched, itype)), Some(class)) => {
+            tracing::info!(nodeclaim = %name, instance = %launched.instance_id, "found the instance of an earlier launch; adopting it");
+            let types = ctx.cloud.instance_types(&class).await?;
+            types
+                .into_iter()
+                .find(|t| t.name == itype)
+                .map(|t| (launched, t))
+                .ok_or_else(|| LaunchError::Api(format!("instance type {itype} is unknown")))
+        }
+        (_, None) => Err(LaunchError::ClassNotReady {
+            class: class_name.clone(),
+            why: "it does not exist".into(),
+        }),
+        (None, Some(class)) => ctx.cloud.launch(claim, &class).await,
+    };
+    match result {
+        Ok((launched, itype)) => {
+            let mut node_labels = node_labels(&itype, &launched);
+            node_labels.extend(claim.labels().clone());
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": node_labels}})),
+            )
+            .await?;
+            status.provider_id = Some(launched.provider_id());
+            status.image_id = launched.image_id.clone();
+            status.capacity = quantities(&itype.capacity);
+            status.allocatable = quantities(&itype.allocatable);
+            set(&mut status.conditions, LAUNCHED, true, "Launched", "");
+            patch_status(api, &name, &status).await?;
+            Metrics::count_pool(&ctx.metrics.nodeclaims_launched, &pool_of(claim));
+            Ok(Action::requeue(PROGRESS))
+        }
+        Err(e) => {
+            let reason = match &e {
+                LaunchError::ClassNotReady { .. } => "NodeClassNotReady",
+                LaunchError::InsufficientCapacity { .. } => "InsufficientCapacity",
+                LaunchError::NoOffering(_) => "NoCompatibleOffering",
+                LaunchError::Api(_) => "LaunchFailed",
+            };
+            let message = e.to_string();
+            tracing::warn!(nodeclaim = %name, reason, error = %message, "launch failed");
+            if age(claim) > LAUNCH_TIMEOUT {
+                let why = format!(
+                    "not launched within {} minutes: {message}",
+                    LAUNCH_TIMEOUT.as_secs() / 60
+                );
+                event(ctx, claim, true, "LaunchTimeout", why).await;
+                api.delete(&name, &DeleteParams::background()).await?;
+                return Ok(Action::await_change());
+            }
+            let changed = !status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == LAUNCHED && c.message == message);
+            if changed {
+                set(&mut status.conditions, LAUNCHED, false, reason, &message);
+                patch_status(api, &name, &status).await?;
+                event(ctx, claim, true, reason, message).await;
+            }
+            // Offerings that had no capacity are now skipped: try the rest soon.
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+    }
+}
+
+/// The Node joined: give it the NodeClaim's labels and taints, drop the unregistered taint,
+/// and make the NodeClaim its owner.
+async fn register(claim: &NodeClaim, node: &Node, ctx: &Ctx) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let mut taints: Vec<k8s_openapi::api::core::v1::Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != UNREGISTERED_TAINT)
+        .collect();
+    for t in &claim.spec.taints {
+        if !taints
+            .iter()
+            .any(|x| x.key == t.key && x.effect == format!("{:?}", t.effect))
+        {
+            taints.push(k8s_openapi::api::core::v1::Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: format!("{:?}", t.effect),
+                time_added: None,
+            });
+        }
+    }
+    let owner = json!({
+        "apiVersion": NodeClaim::api_version(&()),
+        "kind": NodeClaim::kind(&()),
+        "name": claim.name_any(),
+        "uid": claim.uid().unwrap_or_default(),
+        "blockOwnerDeletion": true,
+    });
+    let patch = json!({
+        "metadata": {"labels": claim.labels(), "ownerReferences": [owner]},
+        "spec": {"taints": taints},
+    });
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Drain, terminate, wait for the instance to go, delete the Node, release the finalizer.
+async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result<Action, Error> {
+    let name = claim.name_any();
+    if !claim
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let status = claim.status.clone().unwrap_or_default();
+    let node = match &status.node_name {
+        Some(n) => nodes.get_opt(n).await?,
+        None => None,
+    };
+    if let Some(node) = &node {
+        drain::taint(&nodes, node).await?;
+        let left = drain::evict(&ctx.client, &node.name_any()).await?;
+        if left > 0 {
+            tracing::info!(nodeclaim = %name, node = %node.name_any(), pods = left, "draining");
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
+    }
+    // The instance: the recorded one, or one a crashed launch made but never recorded.
+    let instance = match status.provider_id.as_deref().and_then(instance_id) {
+        Some(id) => Some(id.to_string()),
+        None => ctx
+            .cloud
+            .find_launched(&name)
+            .await?
+            .map(|(l, _)| l.instance_id),
+    };
+    if let Some(id) = instance {
+        match ctx.cloud.instance_state(&id).await?.as_deref() {
+            None | Some("terminated") | Some("shutting-down") => {}
+            Some(_) => {
+                ctx.cloud.terminate(&id).await?;
+                tracing::info!(nodeclaim = %name, instance = %id, "terminating instance");
+                return Ok(Action::requeue(Duration::from_secs(2)));
+            }
+        }
+    }
+    if let Some(node) = node {
+        match nodes
+            .delete(&node.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let finalizers: Vec<String> = claim
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::TERMINATION_FINALIZER)
+        .cloned()
+        .collect();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+    )
+    .await?;
+    Metrics::count_pool(&ctx.metrics.nodeclaims_terminated, &pool_of(claim));
+    tracing::info!(nodeclaim = %name, "terminated");
+    Ok(Action::await_change())
+}
+
+fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::error!(nodeclaim = %claim.name_any(), error = %error, "reconciling NodeClaim failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs until the stream ends (the process stops).
+pub async fn run(ctx: Arc<Ctx>) {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}

@@ -1,0 +1,354 @@
+//! The cluster as the solver sees it (pure): pending pods, NodePools with the instance types
+//! their EC2NodeClass can launch, existing nodes and NodeClaims still in flight. The controller
+//! and `jointer explain pod` build the same problem from the same objects.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+
+use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::api::labels;
+use crate::api::nodeclaim::NodeClaim;
+use crate::api::taint::{Taint, TaintEffect};
+use crate::api::{NodePool, Quantity};
+use crate::cloud::aws::user_data::UNREGISTERED_TAINT;
+use crate::scheduling::pool_input::pool_input;
+use crate::scheduling::{
+    ExistingNode, InstanceType, PoolInput, Problem, Requirements, Resources, SchedPod,
+};
+
+/// The objects a provisioning decision reads.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub nodeclaims: Vec<Arc<NodeClaim>>,
+    pub nodepools: Vec<Arc<NodePool>>,
+    pub nodeclasses: Vec<Arc<EC2NodeClass>>,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+}
+
+/// A NodePool left out of this decision, and why (so pending pods can be told).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedPool {
+    pub pool: String,
+    pub why: String,
+}
+
+pub struct Built {
+    pub problem: Problem,
+    pub skipped: Vec<SkippedPool>,
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn owned_by_daemonset(pod: &Pod) -> bool {
+    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
+}
+
+/// A pod kube-scheduler could not place and the provisioner should: unbound, marked
+/// `PodScheduled=False/Unschedulable`, not being deleted, not a DaemonSet pod (those follow nodes).
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let unbound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
+    let unschedulable = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        });
+    unbound
+        && unschedulable
+        && pod.metadata.deletion_timestamp.is_none()
+        && !is_terminal(pod)
+        && !owned_by_daemonset(pod)
+}
+
+/// Why a class cannot launch now, or None when it is Ready.
+pub fn class_not_ready(class: &EC2NodeClass) -> Option<String> {
+    let conditions = class
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    if conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+    {
+        return None;
+    }
+    let why: Vec<String> = conditions
+        .iter()
+        .filter(|c| c.status == "False" && c.type_ != "Ready")
+        .map(|c| format!("{}: {}", c.type_, c.message))
+        .collect();
+    Some(if why.is_empty() {
+        "not resolved yet".to_string()
+    } else {
+        why.join("; ")
+    })
+}
+
+fn daemon_pod(ds: &DaemonSet) -> Option<SchedPod> {
+    let spec = &ds.spec;
+    let mut metadata = spec.template.metadata.clone().unwrap_or_default();
+    metadata.namespace = ds.namespace();
+    metadata.name = Some(format!("{}-daemon", ds.name_any()));
+    let pod = Pod {
+        metadata,
+        spec: spec.template.spec.clone(),
+        status: None,
+    };
+    Some(SchedPod::from_k8s(&pod, None))
+}
+
+fn resources(
+    list: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Resources {
+    let parsed: BTreeMap<String, Quantity> = list
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.0.parse::<Quantity>().ok()?)))
+        .collect();
+    Resources::from_quantities(&parsed).0
+}
+
+/// The instance types a NodeClaim may still launch as, among `types`.
+fn claim_types<'a>(
+    claim: &NodeClaim,
+    types: &'a [Arc<InstanceType>],
+) -> Vec<&'a Arc<InstanceType>> {
+    let req = Requirements::from_api(&claim.spec.requirements);
+    types
+        .iter()
+        .filter(|t| t.requirements.conflict(&req).is_none())
+        .collect()
+}
+
+/// Capacity counted against the pool's limits: what the instance has, or while it is not
+/// launched yet the largest type it might become (pessimistic, so limits are never passed).
+fn claim_capacity(claim: &NodeClaim, types: &[Arc<InstanceType>]) -> Resources {
+    let status = claim.status.clone().unwrap_or_default();
+    if !status.capacity.is_empty() {
+        return Resources::from_quantities(&status.capacity).0;
+    }
+    claim_types(claim, types)
+        .iter()
+        .fold(Resources::ZERO, |acc, t| acc.max(&t.capacity))
+}
+
+/// What pods can use on a NodeClaim not yet a Node: its allocatable when launched, else the
+/// smallest type it might become.
+fn claim_allocatable(claim: &NodeClaim, types: &[Arc<InstanceType>]) -> Resources {
+    let status = claim.status.clone().unwrap_or_default();
+    if !status.allocatable.is_empty() {
+        return Resources::from_quantities(&status.allocatable).0;
+    }
+    let candidates = claim_types(claim, types);
+    let mut smallest: Option<Resources> = None;
+    for t in candidates {
+        smallest = Some(match smallest {
+            None => t.allocatable,
+            Some(s) => Resources {
+                cpu: s.cpu.min(t.allocatable.cpu),
+                memory: s.memory.min(t.allocatable.memory),
+                pods: s.pods.min(t.allocatable.pods),
+                ephemeral_storage: s.ephemeral_storage.min(t.allocatable.ephemeral_storage),
+                nvidia_gpu: s.nvidia_gpu.min(t.allocatable.nvidia_gpu),
+                amd_gpu: s.amd_gpu.min(t.allocatable.amd_gpu),
+                neuron: s.neuron.min(t.allocatable.neuron),
+            },
+        });
+    }
+    smallest.unwrap_or(Resources::ZERO)
+}
+
+fn node_taints(node: &Node, claim: Option<&NodeClaim>) -> Vec<Taint> {
+    let startup: Vec<&str> = claim
+        .map(|c| {
+            c.spec
+                .startup_taints
+                .iter()
+                .map(|t| t.key.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    node.spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        // Taints that go away once the node is up do not keep pods off it for good.
+        .filter(|t| t.key != UNREGISTERED_TAINT && !startup.contains(&t.key.as_str()))
+        .filter_map(|t| {
+            let effect = match t.effect.as_str() {
+                "NoSchedule" => TaintEffect::NoSchedule,
+                "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+                "NoExecute" => TaintEffect::NoExecute,
+                _ => return None,
+            };
+            Some(Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect,
+            })
+        })
+        .collect()
+}
+
+/// Builds the solver's problem. `types_of_class` holds each Ready class's instance types.
+pub fn build(
+    snapshot: &Snapshot,
+    types_of_class: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> Built {
+    let daemons: Vec<SchedPod> = snapshot
+        .daemonsets
+        .iter()
+        .filter_map(|d| daemon_pod(d))
+        .collect();
+    let mut skipped = Vec::new();
+    let mut pools: Vec<PoolInput> = Vec::new();
+    for pool in &snapshot.nodepools {
+        if pool.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let name = pool.name_any();
+        let class_name = &pool.spec.template.spec.node_class_ref.name;
+        let Some(class) = snapshot
+            .nodeclasses
+            .iter()
+            .find(|c| &c.name_any() == class_name)
+        else {
+            skipped.push(SkippedPool {
+                pool: name,
+                why: format!("its EC2NodeClass {class_name} does not exist"),
+            });
+            continue;
+        };
+        if let Some(why) = class_not_ready(class) {
+            skipped.push(SkippedPool {
+                pool: name,
+                why: format!("its EC2NodeClass {class_name} is not Ready: {why}"),
+            });
+            continue;
+        }
+        let types = types_of_class.get(class_name).cloned().unwrap_or_default();
+        let mut input = pool_input(pool, types, &daemons);
+        for claim in snapshot.nodeclaims.iter().filter(|c| {
+            c.labels().get(labels::NODEPOOL) == Some(&name)
+                && c.metadata.deletion_timestamp.is_none()
+        }) {
+            input.in_use += claim_capacity(claim, &input.instance_types);
+            input.nodes_in_use += 1;
+        }
+        pools.push(input);
+    }
+
+    let claim_of_node: HashMap<&str, &NodeClaim> = snapshot
+        .nodeclaims
+        .iter()
+        .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c.as_ref())))
+        .collect();
+    let mut bound: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for pod in &snapshot.pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            if !is_terminal(pod) {
+                bound.entry(node).or_default().push(pod);
+            }
+        }
+    }
+    let mut existing = Vec::new();
+    for node in &snapshot.nodes {
+        let name = node.name_any();
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if node.metadata.deletion_timestamp.is_some() || cordoned {
+            continue;
+        }
+        let pods: Vec<SchedPod> = bound
+            .get(name.as_str())
+            .into_iter()
+            .flatten()
+            .map(|p| SchedPod::from_k8s(p, None))
+            .collect();
+        let requested = pods.iter().fold(Resources::ZERO, |acc, p| acc + p.requests);
+        let labels = node.labels().clone();
+        existing.push(ExistingNode {
+            pool: labels.get(labels::NODEPOOL).cloned(),
+            taints: node_taints(node, claim_of_node.get(name.as_str()).copied()),
+            allocatable: node
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .map(resources)
+                .unwrap_or(Resources::ZERO),
+            requested,
+            pods,
+            labels,
+            name,
+        });
+    }
+    let node_names: std::collections::HashSet<String> =
+        snapshot.nodes.iter().map(|n| n.name_any()).collect();
+    for claim in &snapshot.nodeclaims {
+        let registered = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| node_names.contains(n));
+        if registered || claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let pool = claim.labels().get(labels::NODEPOOL).cloned();
+        let types = pools
+            .iter()
+            .find(|p| Some(&p.name) == pool.as_ref())
+            .map(|p| p.instance_types.clone())
+            .unwrap_or_default();
+        let mut node_labels = claim.labels().clone();
+        for (k, r) in Requirements::from_api(&claim.spec.requirements).iter() {
+            if let Some(v) = r
+                .values()
+                .filter(|v| v.len() == 1)
+                .and_then(|v| v.iter().next())
+            {
+                node_labels.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        existing.push(ExistingNode {
+            name: claim.name_any(),
+            pool,
+            labels: node_labels,
+            taints: claim.spec.taints.clone(),
+            allocatable: claim_allocatable(claim, &types),
+            requested: Resources::ZERO,
+            pods: Vec::new(),
+        });
+    }
+    let pods = snapshot
+        .pods
+        .iter()
+        .filter(|p| is_provisionable(p))
+        .map(|p| SchedPod::from_k8s(p, None))
+        .collect();
+    Built {
+        problem: Problem {
+            pools,
+            existing,
+            pods,
+        },
+        skipped,
+    }
+}

@@ -1,0 +1,87 @@
+//! Watch-backed caches of the objects the controllers read (pods, nodes, NodeClaims,
+//! NodePools, EC2NodeClasses, DaemonSets): decisions read memory, not the API server.
+
+use std::future::Future;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+
+use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::api::nodeclaim::NodeClaim;
+use crate::api::NodePool;
+use crate::provisioning::snapshot::Snapshot;
+
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub nodeclaims: Store<NodeClaim>,
+    pub nodepools: Store<NodePool>,
+    pub nodeclasses: Store<EC2NodeClass>,
+    pub daemonsets: Store<DaemonSet>,
+}
+
+fn cache<K>(api: Api<K>) -> (Store<K>, impl Future<Output = ()>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: serde::de::DeserializeOwned,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    (reader, stream.for_each(|_| async {}))
+}
+
+impl Stores {
+    /// The caches, and the future that keeps them filled (run it for the process's life).
+    pub fn start(client: &kube::Client) -> (Stores, impl Future<Output = ()>) {
+        let (pods, a) = cache(Api::<Pod>::all(client.clone()));
+        let (nodes, b) = cache(Api::<Node>::all(client.clone()));
+        let (nodeclaims, c) = cache(Api::<NodeClaim>::all(client.clone()));
+        let (nodepools, d) = cache(Api::<NodePool>::all(client.clone()));
+        let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()));
+        let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()));
+        let run = async move {
+            tokio::join!(a, b, c, d, e, f);
+        };
+        (
+            Stores {
+                pods,
+                nodes,
+                nodeclaims,
+                nodepools,
+                nodeclasses,
+                daemonsets,
+            },
+            run,
+        )
+    }
+
+    /// Waits until every cache has its first full list.
+    pub async fn ready(&self) {
+        let _ = tokio::join!(
+            self.pods.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.nodeclaims.wait_until_ready(),
+            self.nodepools.wait_until_ready(),
+            self.nodeclasses.wait_until_ready(),
+            self.daemonsets.wait_until_ready(),
+        );
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            pods: self.pods.state(),
+            nodes: self.nodes.state(),
+            nodeclaims: self.nodeclaims.state(),
+            nodepools: self.nodepools.state(),
+            nodeclasses: self.nodeclasses.state(),
+            daemonsets: self.daemonsets.state(),
+        }
+    }
+}

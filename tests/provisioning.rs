@@ -1,0 +1,884 @@
+//! The provisioning controller end to end on the real environment: `jointer apply` on a test
+//! world, the controller as a local process (with its ServiceAccount's token), workloads
+//! created with the API → NodeClaims → CreateFleet in moto → Nodes registered by the node-join
+//! simulator → pods Running, placed by kube-scheduler. The API server is shared by every
+//! world, so these tests take turns and tear their world down (with the controller running,
+//! which is how teardown drains real NodeClaims).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{json, Value};
+use support::controller::Controller;
+use support::testenv::{self, gap, wait_for};
+use support::world::{Setup, KEY};
+use tokio::sync::Mutex;
+
+static TURN: Mutex<()> = Mutex::const_new(());
+const WORLD_LABEL: &str = "jointer.dev/world";
+
+fn dynamic(client: &kube::Client, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, "v1", kind),
+        plural,
+    );
+    Api::all_with(client.clone(), &resource)
+}
+
+fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
+    dynamic(client, "karpenter.sh", "NodeClaim", "nodeclaims")
+}
+
+/// The world's EC2NodeClass and NodePools: `general` (on-demand, m5/c5/r5, a label only this
+/// world's nodes carry) and `spot` (spot or on-demand, tainted, preferred by weight).
+fn write_templates(s: &Setup, general_limits: &str) {
+    let class = format!(
+        "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{ name: {c} }}
+spec:
+  role: {role}
+  amiSelectorTerms: [ {{ alias: al2023@latest }} ]
+  subnetSelectorTerms: [ {{ tags: {{ {KEY}: {c} }} }} ]
+  securityGroupSelectorTerms: [ {{ tags: {{ {KEY}: {c} }} }} ]
+",
+        c = s.cluster,
+        role = s.node_role(),
+    );
+    let pool = |name: &str, extra: &str, capacity: &str, families: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{ name: {name}-{c} }}
+spec:
+  template:
+    metadata:
+      labels: {{ {WORLD_LABEL}: {c} }}
+    spec:
+      nodeClassRef: {{ group: karpenter.k8s.aws, kind: EC2NodeClass, name: {c} }}
+      requirements:
+        - {{ key: karpenter.sh/capacity-type, operator: In, values: [{capacity}] }}
+        - {{ key: karpenter.k8s.aws/instance-family, operator: In, values: [{families}] }}
+{extra}",
+            c = s.cluster
+        )
+    };
+    s.ws.write("nodes/class.yaml", &class);
+    s.ws.write(
+        "nodes/general.yaml",
+        &pool("general", general_limits, "on-demand", "m5, c5, r5"),
+    );
+    s.ws.write(
+        "nodes/spot.yaml",
+        &pool(
+            "spot",
+            "      taints: [ { key: dedicated, value: spot, effect: NoSchedule } ]\n  weight: 50\n",
+            "spot, on-demand",
+            "m5, c5, r5",
+        ),
+    );
+}
+
+/// A kubeconfig for the controller ServiceAccount `jointer apply` installed: the controller
+/// then runs with exactly the RBAC the bundle grants.
+async fn service_account_kubeconfig(admin: &kube::Client, cluster: &str) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
+    let token = sa
+        .create_token_request(
+            "jointer-controller",
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("token")
+        .status
+        .and_then(|s| s.token)
+        .expect("a token");
+    let path = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+    let mut config = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
+    for user in &mut config.auth_infos {
+        user.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..Default::default()
+        });
+    }
+    let out = std::env::temp_dir().join(format!("{cluster}-sa.kubeconfig"));
+    std::fs::write(&out, serde_yaml::to_string(&config).expect("yaml")).expect("write kubeconfig");
+    out
+}
+
+async fn namespace(client: &kube::Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns"),
+    )
+    .await
+    .expect("namespace");
+}
+
+/// A Deployment of `replicas` pods of `cpu` each, that only this world's nodes can take.
+fn deployment(
+    name: &str,
+    cluster: &str,
+    replicas: i32,
+    cpu: &str,
+    extra_spec: Value,
+) -> Deployment {
+    let mut spec = json!({
+        "nodeSelector": {WORLD_LABEL: cluster},
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}],
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        }
+    }))
+    .expect("deployment")
+}
+
+fn running(pods: &[Pod]) -> usize {
+    pods.iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count()
+}
+
+/// (type, zone, lifecycle) of each of the cluster's live instances in moto.
+async fn instances(s: &Setup) -> BTreeMap<String, (String, String, String)> {
+    let out = s
+        .ec2
+        .describe_instances()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{}", s.cluster))
+                .values("owned")
+                .build(),
+        )
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("instance-state-name")
+                .values("pending")
+                .values("running")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("DescribeInstances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            (
+                i.instance_id().unwrap_or_default().to_string(),
+                (
+                    i.instance_type()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default(),
+                    i.placement()
+                        .and_then(|p| p.availability_zone())
+                        .unwrap_or_default()
+                        .to_string(),
+                    i.instance_lifecycle()
+                        .map(|l| l.as_str().to_string())
+                        .unwrap_or_else(|| "on-demand".into()),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The fixture's prices: type → (on-demand, zone → spot).
+fn fixture_prices() -> BTreeMap<String, (f64, BTreeMap<String, f64>)> {
+    let text = std::fs::read_to_string(testenv::repo_root().join("tests/env/gap/prices.json"))
+        .expect("prices.json");
+    let all: Value = serde_json::from_str(&text).expect("json");
+    all["us-east-1"]
+        .as_object()
+        .expect("region")
+        .iter()
+        .map(|(t, v)| {
+            let spot = v["spot"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(z, p)| (z.clone(), p.as_f64().unwrap_or(f64::MAX)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (
+                t.clone(),
+                (v["on_demand"].as_f64().unwrap_or(f64::MAX), spot),
+            )
+        })
+        .collect()
+}
+
+fn requirement_values(claim: &DynamicObject, key: &str) -> Vec<String> {
+    claim.data["spec"]["requirements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["key"] == key && r["operator"] == "In")
+        .flat_map(|r| r["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+fn condition(obj: &DynamicObject, kind: &str) -> bool {
+    obj.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == kind && c["status"] == "True")
+}
+
+fn teardown(s: &Setup) {
+    let run = s.jointer(&["teardown", "--yes", "--timeout", "180"]);
+    assert_eq!(run.code, 0, "teardown: {run:#?}");
+}
+
+#[tokio::test]
+async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places_the_pods() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("prov-up", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let kubeconfig = service_account_kubeconfig(&admin, &s.cluster).await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28180, Some(&kubeconfig));
+    let classes = dynamic(
+        &admin,
+        "karpenter.k8s.aws",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+    );
+    wait_for(
+        "the EC2NodeClass to be Ready",
+        Duration::from_secs(60),
+        || async {
+            let c = classes.get_opt(&s.cluster).await.ok().flatten()?;
+            condition(&c, "Ready").then_some(())
+        },
+    )
+    .await;
+
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let started = Instant::now();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 5, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    let tolerate =
+        json!({"tolerations": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}]});
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("batch", &s.cluster, 2, "1500m", tolerate),
+        )
+        .await
+        .expect("batch");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let all = wait_for("all 7 pods Running", Duration::from_secs(180), || async {
+        let list = pods.list(&ListParams::default()).await.ok()?.items;
+        (list.len() == 7 && running(&list) == 7).then_some(list)
+    })
+    .await;
+    let to_running = started.elapsed();
+    eprintln!(
+        "pending → all 7 pods Running: {:.1} s",
+        to_running.as_secs_f64()
+    );
+
+    // Every NodeClaim went Launched → Registered → Initialized, and its Node carries its
+    // labels and taints, without the registration taint, owned by the NodeClaim.
+    let claims: Vec<DynamicObject> = nodeclaims(&admin)
+        .list(&ListParams::default())
+        .await
+        .expect("nodeclaims")
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.labels.as_ref().and_then(|l| l.get(WORLD_LABEL)) == Some(&s.cluster))
+        .collect();
+    assert!(!claims.is_empty());
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let mut pool_of_node = BTreeMap::new();
+    for claim in &claims {
+        for c in ["Launched", "Registered", "Initialized", "Ready"] {
+            assert!(condition(claim, c), "{c} on {:#?}", claim.data["status"]);
+        }
+        let node_name = claim.data["status"]["nodeName"].as_str().expect("nodeName");
+        let node = nodes.get(node_name).await.expect("node");
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        for (k, v) in claim.metadata.labels.clone().unwrap_or_default() {
+            assert_eq!(
+                node_labels.get(&k),
+                Some(&v),
+                "label {k} on node {node_name}"
+            );
+        }
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        assert!(
+            !taints.iter().any(|t| t.key == "karpenter.sh/unregistered"),
+            "{taints:?}"
+        );
+        for t in claim.data["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                taints
+                    .iter()
+                    .any(|n| n.key == t["key"] && n.effect == t["effect"]),
+                "{taints:?} lacks {t}"
+            );
+        }
+        let owners = node.metadata.owner_references.clone().unwrap_or_default();
+        assert!(owners
+            .iter()
+            .any(|o| o.kind == "NodeClaim" && Some(&o.name) == claim.metadata.name.as_ref()));
+        assert_eq!(
+            claim.data["status"]["providerID"].as_str(),
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+        );
+        pool_of_node.insert(
+            node_name.to_string(),
+            node_labels["karpenter.sh/nodepool"].clone(),
+        );
+    }
+    // The web pods landed on the general pool, the tolerating batch pods on the spot pool.
+    for pod in &all {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("bound");
+        let app = &pod.metadata.labels.as_ref().expect("labels")["app"];
+        let want = if app == "web" { "general" } else { "spot" };
+        assert_eq!(
+            pool_of_node[&node],
+            format!("{want}-{}", s.cluster),
+            "{app} pod on {node}"
+        );
+    }
+    // kube-scheduler bound them: the controller only makes room.
+    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let scheduled: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+        .filter(|e| {
+            e.reporting_component.as_deref() == Some("default-scheduler")
+                || e.source.as_ref().and_then(|s| s.component.as_deref())
+                    == Some("default-scheduler")
+        })
+        .filter_map(|e| e.involved_object.name)
+        .collect();
+    for pod in &all {
+        assert!(
+            scheduled.contains(pod.metadata.name.as_ref().expect("name")),
+            "no Scheduled event from kube-scheduler for {:?}",
+            pod.metadata.name
+        );
+    }
+
+    // Each launch took the cheapest offering its NodeClaim allowed under the fixture prices
+    // (in the class's zones), and the spot pool bought spot, which is cheaper there.
+    let prices = fixture_prices();
+    let zones: BTreeSet<String> = s.world["subnets"]["private"]
+        .as_object()
+        .expect("subnets")
+        .keys()
+        .cloned()
+        .collect();
+    let live = instances(&s).await;
+    assert_eq!(
+        live.len(),
+        claims.len(),
+        "one instance per NodeClaim: {live:?}"
+    );
+    for claim in &claims {
+        let provider = claim.data["status"]["providerID"]
+            .as_str()
+            .expect("providerID");
+        let id = provider.rsplit('/').next().expect("id");
+        let (itype, zone, lifecycle) = &live[id];
+        let allowed = requirement_values(claim, "node.kubernetes.io/instance-type");
+        let capacity =
+            claim.metadata.labels.as_ref().expect("labels")["karpenter.sh/capacity-type"].clone();
+        assert_eq!(&capacity, lifecycle);
+        let want_spot = capacity == "spot";
+        let cheapest = allowed
+            .iter()
+            .filter_map(|t| prices.get(t))
+            .flat_map(|(od, spot)| {
+                zones.iter().filter_map(move |z| {
+                    if want_spot {
+                        spot.get(z).copied()
+                    } else {
+                        Some(*od)
+                    }
+                })
+            })
+            .fold(f64::MAX, f64::min);
+        let (od, spot) = &prices[itype];
+        let paid = if lifecycle == "spot" { spot[zone] } else { *od };
+        assert!(
+            (paid - cheapest).abs() < 1e-9,
+            "{itype}/{zone}/{lifecycle} at {paid} but {cheapest} was allowed: {allowed:?}"
+        );
+        let pool = &claim.metadata.labels.as_ref().expect("labels")["karpenter.sh/nodepool"];
+        if pool.starts_with("spot-") {
+            assert_eq!(
+                lifecycle, "spot",
+                "the spot pool allows spot and it is cheaper"
+            );
+        }
+    }
+    assert!(
+        controller.metric("jointer_controller_nodeclaims_created_total") >= claims.len() as f64
+    );
+    assert!(controller.metric("jointer_controller_provisioning_decision_seconds_count") >= 7.0);
+    let decisions = controller.log_events("created NodeClaim");
+    assert!(decisions.iter().all(|d| d["fields"]["price_per_hour"]
+        .as_f64()
+        .is_some_and(|p| p > 0.0)));
+    let pools = dynamic(&admin, "karpenter.sh", "NodePool", "nodepools");
+    wait_for(
+        "NodePool status.resources",
+        Duration::from_secs(20),
+        || async {
+            let p = pools.get(&format!("general-{}", s.cluster)).await.ok()?;
+            (p.data["status"]["nodes"].as_i64()? >= 1
+                && p.data["status"]["resources"]["cpu"].is_string())
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Teardown with the controller running: NodePools go, NodeClaims drain, instances end.
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    deployments
+        .delete("batch", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    assert!(
+        instances(&s).await.is_empty(),
+        "instances left after teardown"
+    );
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("prov-lim", "templates: { dir: nodes }").await;
+    write_templates(&s, "  limits: { cpu: 4 }\n");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28190, None);
+    let classes = dynamic(
+        &admin,
+        "karpenter.k8s.aws",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+    );
+    wait_for(
+        "the EC2NodeClass to be Ready",
+        Duration::from_secs(60),
+        || async {
+            condition(&classes.get_opt(&s.cluster).await.ok().flatten()?, "Ready").then_some(())
+        },
+    )
+    .await;
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 6, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let event_with = |needle: &'static str| {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("FailedProvisioning")
+                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
+                })
+        }
+    };
+    let limited = wait_for(
+        "an Event naming the cpu limit",
+        Duration::from_secs(90),
+        || event_with("limit cpu 4"),
+    )
+    .await;
+    assert!(limited
+        .message
+        .unwrap_or_default()
+        .contains(&format!("NodePool general-{}", s.cluster)));
+    let list = wait_for(
+        "the pods within the limit Running",
+        Duration::from_secs(120),
+        || async {
+            let list = pods.list(&ListParams::default()).await.ok()?.items;
+            (running(&list) >= 1).then_some(list)
+        },
+    )
+    .await;
+    assert!(running(&list) < 6, "the limit left some pods Pending");
+    let claims = nodeclaims(&admin)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    let cpu: f64 = claims
+        .iter()
+        .filter(|c| c.metadata.labels.as_ref().and_then(|l| l.get(WORLD_LABEL)) == Some(&s.cluster))
+        .filter_map(|c| {
+            c.data["status"]["capacity"]["cpu"]
+                .as_str()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        cpu > 0.0 && cpu <= 4.0,
+        "NodePool limit cpu 4 exceeded: {cpu}"
+    );
+
+    // Discovery tags removed from every subnet: the class says which selector matched
+    // nothing, pending pods are told, drift reports it, apply restores it.
+    for subnet in s.private_subnets() {
+        s.ec2
+            .delete_tags()
+            .resources(&subnet)
+            .tags(aws_sdk_ec2::types::Tag::builder().key(KEY).build())
+            .send()
+            .await
+            .expect("untag");
+    }
+    wait_for(
+        "SubnetsReady=False naming the selector",
+        Duration::from_secs(30),
+        || async {
+            let c = classes.get_opt(&s.cluster).await.ok().flatten()?;
+            c.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| {
+                    c["type"] == "SubnetsReady"
+                        && c["status"] == "False"
+                        && c["message"].as_str().is_some_and(|m| m.contains(KEY))
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment(
+                "late",
+                &s.cluster,
+                1,
+                "500m",
+                json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+            ),
+        )
+        .await
+        .expect("late");
+    let told = wait_for(
+        "an Event saying the class is not Ready",
+        Duration::from_secs(60),
+        || event_with("SubnetsReady"),
+    )
+    .await;
+    assert!(told.message.unwrap_or_default().contains(KEY));
+    let drift = s.jointer(&["drift"]);
+    assert_eq!(drift.code, 2, "{drift:#?}");
+    assert!(drift.stdout.contains(KEY), "{}", drift.stdout);
+    s.apply();
+    wait_for(
+        "the late pod Running once the tag is back",
+        Duration::from_secs(120),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=late"))
+                .await
+                .ok()?
+                .items;
+            (running(&list) == 1).then_some(())
+        },
+    )
+    .await;
+
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    deployments
+        .delete("late", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    assert!(
+        instances(&s).await.is_empty(),
+        "instances left after teardown"
+    );
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("prov-ice", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    // The cheapest on-demand type that fits a 1-CPU pod, in every zone, has no capacity.
+    gap(
+        "POST",
+        "/_gap/faults",
+        Some(json!({"ice": [{"instance_type": "c5.large", "capacity_type": "on-demand"}]})),
+    );
+    let controller = Controller::start(&s.cluster, "replica-a", 28200, None);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 1, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    wait_for("the pod Running", Duration::from_secs(120), || async {
+        (running(&pods.list(&ListParams::default()).await.ok()?.items) == 1).then_some(())
+    })
+    .await;
+    gap("DELETE", "/_gap/faults", None);
+    let live = instances(&s).await;
+    assert_eq!(live.len(), 1, "{live:?}");
+    let (itype, _, lifecycle) = live.values().next().expect("instance");
+    assert_eq!(lifecycle, "on-demand");
+    assert_eq!(
+        itype, "m5.large",
+        "c5.large had no capacity; m5.large is the next cheapest under the fixture prices"
+    );
+    assert!(
+        controller.logs().contains("InsufficientInstanceCapacity")
+            || controller
+                .log_events("launched instance")
+                .iter()
+                .any(|l| l["fields"]["skipped_no_capacity"].as_u64() > Some(0))
+    );
+
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collected() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("prov-crash", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let first = Controller::start(&s.cluster, "replica-a", 28210, None);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let classes = dynamic(
+        &admin,
+        "karpenter.k8s.aws",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+    );
+    let ami = wait_for(
+        "the EC2NodeClass to be Ready",
+        Duration::from_secs(60),
+        || async {
+            let c = classes.get_opt(&s.cluster).await.ok().flatten()?;
+            condition(&c, "Ready").then(|| {
+                c.data["status"]["amis"][0]["id"]
+                    .as_str()
+                    .map(str::to_string)
+            })?
+        },
+    )
+    .await;
+    // CreateFleet held for 3 s: the controller is killed while EC2 launches, so the
+    // instance exists and the controller never recorded it (what a crash right after
+    // CreateFleet leaves behind).
+    gap(
+        "POST",
+        "/_gap/faults",
+        Some(json!({"latency": [{"ms": 3000, "service": "ec2", "operation": "CreateFleet"}]})),
+    );
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 1, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    wait_for("the launch to start", Duration::from_secs(60), || async {
+        first
+            .logs()
+            .contains("launch template created")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.crash();
+    let launched = wait_for(
+        "the instance of the interrupted launch",
+        Duration::from_secs(30),
+        || async {
+            let live = instances(&s).await;
+            (live.len() == 1).then_some(live)
+        },
+    )
+    .await;
+    gap("DELETE", "/_gap/faults", None);
+    let claims = nodeclaims(&admin)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.data["status"]["providerID"].is_null()),
+        "the crashed controller recorded no launch"
+    );
+    // An instance tagged for the cluster's NodePool that no NodeClaim will ever claim.
+    let orphan = s
+        .ec2
+        .run_instances()
+        .image_id(&ami)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(format!("kubernetes.io/cluster/{}", s.cluster))
+                        .value("owned")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("karpenter.sh/nodepool")
+                        .value(format!("general-{}", s.cluster))
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("orphan")
+        .instances()[0]
+        .instance_id()
+        .expect("id")
+        .to_string();
+
+    let second = Controller::start(&s.cluster, "replica-b", 28220, None);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    wait_for(
+        "the pod Running on the adopted instance",
+        Duration::from_secs(120),
+        || async {
+            (running(&pods.list(&ListParams::default()).await.ok()?.items) == 1).then_some(())
+        },
+    )
+    .await;
+    wait_for("the orphan terminated", Duration::from_secs(90), || async {
+        (!instances(&s).await.contains_key(&orphan)).then_some(())
+    })
+    .await;
+    let live = instances(&s).await;
+    assert_eq!(
+        live.keys().collect::<Vec<_>>(),
+        launched.keys().collect::<Vec<_>>(),
+        "no second instance for the same NodeClaim"
+    );
+    assert!(second.logs().contains("adopting"), "{}", second.logs());
+
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(second);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}

@@ -1,0 +1,127 @@
+//! jointer-controller as a local process against the test environment, with the settings
+//! `jointer apply` gives its Deployment, as tests/env/controller.sh runs it for people.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::testenv;
+
+pub struct Controller {
+    child: Child,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+}
+
+/// The binary `cargo test --workspace` builds next to this crate's.
+fn binary() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| testenv::repo_root().join("target"));
+    let bin = dir.join("debug/jointer-controller");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p jointer-controller` (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+impl Controller {
+    /// Starts a replica for `cluster`. `kubeconfig` replaces the admin one (e.g. with the
+    /// controller ServiceAccount's token).
+    pub fn start(
+        cluster: &str,
+        identity: &str,
+        port_base: u16,
+        kubeconfig: Option<&Path>,
+    ) -> Controller {
+        testenv::require();
+        let log = std::env::temp_dir().join(format!("{cluster}-{identity}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut cmd = Command::new(binary());
+        cmd.arg("run")
+            .env("CLUSTER_NAME", cluster)
+            .env("AWS_REGION", "us-east-1")
+            .env("INTERRUPTION_QUEUE", cluster)
+            .env("LEADER_ELECTION_NAMESPACE", "kube-system")
+            .env("POD_NAME", identity)
+            .env("METRICS_PORT", port_base.to_string())
+            .env("HEALTH_PORT", (port_base + 1).to_string())
+            .env("NODECLASS_RESYNC", "2s")
+            .env("GC_GRACE", "5s")
+            .env("LOG_LEVEL", "info")
+            .stdout(Stdio::from(file.try_clone().expect("log")))
+            .stderr(Stdio::from(file));
+        if let Some(k) = kubeconfig {
+            cmd.env("KUBECONFIG", k);
+        }
+        Controller {
+            child: cmd.spawn().expect("start jointer-controller"),
+            log,
+            metrics_port: port_base,
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log lines whose message is `message`, as JSON.
+    pub fn log_events(&self, message: &str) -> Vec<serde_json::Value> {
+        self.logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["fields"]["message"] == message)
+            .collect()
+    }
+
+    /// `/metrics`, or "" while not serving.
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else {
+            return String::new();
+        };
+        let _ = write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        let mut body = String::new();
+        let _ = stream.read_to_string(&mut body);
+        body
+    }
+
+    /// The value of a metric line starting with `prefix` (summed over matching lines).
+    pub fn metric(&self, prefix: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// SIGKILL: no Lease release, no cleanup (a crash).
+    pub fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Controller {
+    /// SIGTERM first, so the replica gives up its Lease and the next test's replica need not
+    /// wait for it to expire.
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
