@@ -11,6 +11,7 @@ mod config;
 mod convert;
 mod diagnostics;
 mod documents;
+mod explain;
 mod init;
 mod lint;
 mod manifest;
@@ -206,11 +207,28 @@ enum Command {
         #[arg(long, value_parser = parse_seconds, default_value = "900")]
         timeout: std::time::Duration,
     },
+    /// Explain from the cluster's objects and the scheduling core why a pod is pending: which
+    /// NodePool would take it, or each pool's reason not to.
+    Explain {
+        #[command(subcommand)]
+        what: ExplainWhat,
+    },
     /// Convert Karpenter v1beta1 NodePool/EC2NodeClass YAML to v1 (v1 on stdout, changes on stderr).
     Convert {
         /// Input files; pass a NodePool's EC2NodeClass too so its kubelet settings can move.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExplainWhat {
+    /// Why NAMESPACE/NAME is pending (exit 0 when it will get capacity, 3 when no pool can help).
+    Pod {
+        /// NAMESPACE/NAME
+        pod: String,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
@@ -352,6 +370,24 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             let (rt, ctx) = bootstrap_context(target, true, options(*adopt, false, *timeout))?;
             if !rt.block_on(bootstrap::run::cmd_apply(&ctx, *yes, *wait, json))? {
                 return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Explain {
+            what: ExplainWhat::Pod { pod, target },
+        } => {
+            let (rt, ctx) =
+                bootstrap_context(target, false, options(false, false, DEFAULT_TIMEOUT))?;
+            let explained = rt.block_on(explain::explain_pod(&ctx, pod))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&explained).map_err(anyhow::Error::from)?
+                );
+            } else {
+                explain::print(&explained);
+            }
+            if explained.verdict == "unschedulable" {
+                return Ok(ExitCode::from(3));
             }
         }
         Command::Drift { target } => {

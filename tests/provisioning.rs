@@ -255,6 +255,23 @@ fn condition(obj: &DynamicObject, kind: &str) -> bool {
         .any(|c| c["type"] == kind && c["status"] == "True")
 }
 
+/// Tears the world down if the test fails, while its controller still runs (declare it after
+/// the controller): the API server is shared, and a world left behind would be pruned by the
+/// next test's apply, which then waits for NodeClaims no controller drains.
+struct TeardownOnPanic<'a>(&'a Setup);
+
+impl Drop for TeardownOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let run = self.0.jointer(&["teardown", "--yes", "--timeout", "120"]);
+            eprintln!(
+                "teardown after the failure: exit {}\n{}",
+                run.code, run.stderr
+            );
+        }
+    }
+}
+
 fn teardown(s: &Setup) {
     let run = s.jointer(&["teardown", "--yes", "--timeout", "180"]);
     assert_eq!(run.code, 0, "teardown: {run:#?}");
@@ -269,6 +286,7 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
     let admin = testenv::kube().await;
     let kubeconfig = service_account_kubeconfig(&admin, &s.cluster).await;
     let controller = Controller::start(&s.cluster, "replica-a", 28180, Some(&kubeconfig));
+    let _cleanup = TeardownOnPanic(&s);
     let classes = dynamic(
         &admin,
         "karpenter.k8s.aws",
@@ -296,8 +314,11 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
         )
         .await
         .expect("web");
-    let tolerate =
-        json!({"tolerations": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}]});
+    // The seed's split: batch tolerates the spot pool's taint and asks for spot capacity.
+    let tolerate = json!({
+        "tolerations": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}],
+        "nodeSelector": {WORLD_LABEL: s.cluster, "karpenter.sh/capacity-type": "spot"},
+    });
     deployments
         .create(
             &PostParams::default(),
@@ -519,6 +540,7 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
     s.apply();
     let admin = testenv::kube().await;
     let controller = Controller::start(&s.cluster, "replica-a", 28190, None);
+    let _cleanup = TeardownOnPanic(&s);
     let classes = dynamic(
         &admin,
         "karpenter.k8s.aws",
@@ -580,6 +602,29 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
     )
     .await;
     assert!(running(&list) < 6, "the limit left some pods Pending");
+    // `jointer explain pod` says the same from the CLI.
+    let pending = list
+        .iter()
+        .find(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()))
+        .and_then(|p| p.metadata.name.clone())
+        .expect("a pending pod");
+    let target = format!("{ns}/{pending}");
+    let explained = s.jointer(&["explain", "pod", &target]);
+    assert_eq!(explained.code, 3, "{explained:#?}");
+    assert!(
+        explained
+            .stdout
+            .contains(&format!("NodePool general-{}", s.cluster))
+            && explained.stdout.contains("limit cpu 4"),
+        "{}",
+        explained.stdout
+    );
+    let as_json = s.jointer(&["--output", "json", "explain", "pod", &target]);
+    let report: Value = serde_json::from_str(&as_json.stdout).expect("json");
+    assert_eq!(report["verdict"], "unschedulable");
+    let bad = s.jointer(&["explain", "pod", "no-slash"]);
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("NAMESPACE/NAME"), "{}", bad.stderr);
     let claims = nodeclaims(&admin)
         .list(&ListParams::default())
         .await
@@ -628,6 +673,7 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
         },
     )
     .await;
+    // Larger than what is left on the capped pool's nodes: only a new spot node can take it.
     deployments
         .create(
             &PostParams::default(),
@@ -635,7 +681,7 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
                 "late",
                 &s.cluster,
                 1,
-                "500m",
+                "1500m",
                 json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
             ),
         )
@@ -699,6 +745,7 @@ async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() 
         Some(json!({"ice": [{"instance_type": "c5.large", "capacity_type": "on-demand"}]})),
     );
     let controller = Controller::start(&s.cluster, "replica-a", 28200, None);
+    let _cleanup = TeardownOnPanic(&s);
     let ns = s.cluster.clone();
     namespace(&admin, &ns).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
@@ -851,6 +898,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         .to_string();
 
     let second = Controller::start(&s.cluster, "replica-b", 28220, None);
+    let _cleanup = TeardownOnPanic(&s);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     wait_for(
         "the pod Running on the adopted instance",
@@ -878,6 +926,208 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         .expect("delete");
     teardown(&s);
     drop(second);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The figures of the closing note, measured on the test environment (not a pass/fail test:
+/// `cargo test --workspace --test provisioning figures -- --ignored --nocapture`): pending →
+/// NodeClaim and pending → Running (p50/p95), RSS idle and with 1,000 pending pods, AWS calls
+/// per provisioned node.
+#[tokio::test]
+#[ignore = "a benchmark harness: prints figures, run it on purpose"]
+async fn figures() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("prov-fig", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28230, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let classes = dynamic(
+        &admin,
+        "karpenter.k8s.aws",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+    );
+    wait_for(
+        "the EC2NodeClass to be Ready",
+        Duration::from_secs(60),
+        || async {
+            condition(&classes.get_opt(&s.cluster).await.ok().flatten()?, "Ready").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_rss = controller.rss_kib().unwrap_or(0);
+
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let claims_api = nodeclaims(&admin);
+    let replicas = 40;
+    testenv::clear_calls();
+    let t0 = Instant::now();
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, replicas, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    // Poll every 100 ms: when each pod was first seen unschedulable and Running, when each
+    // NodeClaim was first seen.
+    let mut unschedulable_at: BTreeMap<String, f64> = BTreeMap::new();
+    let mut running_at: BTreeMap<String, f64> = BTreeMap::new();
+    let mut claim_seen: BTreeMap<String, f64> = BTreeMap::new();
+    while running_at.len() < replicas as usize && t0.elapsed() < Duration::from_secs(300) {
+        let now = t0.elapsed().as_secs_f64();
+        for p in pods.list(&ListParams::default()).await.expect("pods").items {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let status = p.status.clone().unwrap_or_default();
+            let unsched = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False");
+            if unsched {
+                unschedulable_at.entry(name.clone()).or_insert(now);
+            }
+            if status.phase.as_deref() == Some("Running") {
+                running_at.entry(name).or_insert(now);
+            }
+        }
+        for c in claims_api
+            .list(&ListParams::default())
+            .await
+            .expect("claims")
+            .items
+        {
+            claim_seen
+                .entry(c.metadata.name.clone().unwrap_or_default())
+                .or_insert(now);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls = testenv::calls();
+    let claims = claims_api
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    let claim_of_node: BTreeMap<String, String> = claims
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c.data["status"]["nodeName"].as_str()?.to_string(),
+                c.metadata.name.clone()?,
+            ))
+        })
+        .collect();
+    let mut to_claim = Vec::new();
+    let mut to_running = Vec::new();
+    for p in pods.list(&ListParams::default()).await.expect("pods").items {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let Some(&start) = unschedulable_at.get(&name) else {
+            continue;
+        };
+        if let Some(claim) = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .and_then(|n| claim_of_node.get(n))
+        {
+            if let Some(seen) = claim_seen.get(claim) {
+                to_claim.push((seen - start).max(0.0));
+            }
+        }
+        if let Some(r) = running_at.get(&name) {
+            to_running.push(r - start);
+        }
+    }
+    to_claim.sort_by(f64::total_cmp);
+    to_running.sort_by(f64::total_cmp);
+    let aws_calls = calls.len();
+
+    // 1,000 pods no pool can take: the controller holds and re-solves them.
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment(
+                "stuck",
+                &s.cluster,
+                1000,
+                "100m",
+                json!({"nodeSelector": {"jointer.dev/never": "true"}}),
+            ),
+        )
+        .await
+        .expect("stuck");
+    let big = wait_for(
+        "a decision over 1,000 pending pods",
+        Duration::from_secs(300),
+        || async {
+            controller
+                .log_events("provisioning decision")
+                .into_iter()
+                .find(|l| l["fields"]["pending"].as_u64() >= Some(1000))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let busy_rss = controller.rss_kib().unwrap_or(0);
+
+    eprintln!(
+        "FIGURES ({} pods of 1 CPU, node join delay as configured in tests/env/lib.sh)",
+        replicas
+    );
+    eprintln!("  NodeClaims: {}", claims.len());
+    eprintln!(
+        "  pending → NodeClaim created: p50 {:.2} s, p95 {:.2} s (n={})",
+        percentile(&to_claim, 50.0),
+        percentile(&to_claim, 95.0),
+        to_claim.len()
+    );
+    eprintln!(
+        "  pending → Running:           p50 {:.2} s, p95 {:.2} s (n={})",
+        percentile(&to_running, 50.0),
+        percentile(&to_running, 95.0),
+        to_running.len()
+    );
+    eprintln!(
+        "  AWS calls during the scale-up: {aws_calls} ({:.1} per node)",
+        aws_calls as f64 / claims.len().max(1) as f64
+    );
+    eprintln!(
+        "  controller RSS idle: {:.1} MiB; with 1,000 pending pods: {:.1} MiB",
+        idle_rss as f64 / 1024.0,
+        busy_rss as f64 / 1024.0
+    );
+    eprintln!(
+        "  solve over {} pending pods: {} ms",
+        big["fields"]["pending"], big["fields"]["solve_ms"]
+    );
+
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    deployments
+        .delete("stuck", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
     let _ = Api::<Namespace>::all(admin)
         .delete(&ns, &DeleteParams::default())
         .await;

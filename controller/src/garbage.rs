@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use crate::api::nodeclaim::NodeClaim;
 use crate::cloud::aws::tags::owned_instance_filters;
+use crate::cloud::aws::NODECLAIM_TAG;
 use crate::runtime::metrics::Metrics;
 
 /// How often the collector looks.
@@ -51,8 +52,9 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// The cluster's live instances launched for a NodePool: id → launch time.
-    async fn instances(&self) -> anyhow::Result<BTreeMap<String, Timestamp>> {
+    /// The cluster's live instances launched for a NodePool: id → (launch time, the NodeClaim
+    /// its `karpenter.sh/nodeclaim` tag names).
+    async fn instances(&self) -> anyhow::Result<BTreeMap<String, (Timestamp, Option<String>)>> {
         let filters = owned_instance_filters(
             &self.cluster,
             &["pending", "running", "stopping", "stopped"],
@@ -79,7 +81,13 @@ impl Collector {
                     .launch_time()
                     .and_then(|t| Timestamp::from_second(t.secs()).ok())
                     .unwrap_or_else(Timestamp::now);
-                Some((i.instance_id()?.to_string(), launched))
+                let claim = i
+                    .tags()
+                    .iter()
+                    .find(|t| t.key() == Some(NODECLAIM_TAG))
+                    .and_then(|t| t.value())
+                    .map(str::to_string);
+                Some((i.instance_id()?.to_string(), (launched, claim)))
             })
             .collect())
     }
@@ -95,8 +103,19 @@ impl Collector {
                 Some((id.to_string(), c.name_any()))
             })
             .collect();
-        let instances = self.instances().await?;
-        let ids: BTreeSet<String> = claimed.keys().cloned().collect();
+        let found = self.instances().await?;
+        let names: BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();
+        // Recorded in a NodeClaim's status, or tagged for a NodeClaim that exists (a launch
+        // whose result a crash lost: the lifecycle adopts it).
+        let mut ids: BTreeSet<String> = claimed.keys().cloned().collect();
+        ids.extend(
+            found
+                .iter()
+                .filter(|(_, (_, claim))| claim.as_ref().is_some_and(|c| names.contains(c)))
+                .map(|(id, _)| id.clone()),
+        );
+        let instances: BTreeMap<String, Timestamp> =
+            found.iter().map(|(id, (t, _))| (id.clone(), *t)).collect();
         let orphans = orphans(&instances, &ids, Timestamp::now(), self.grace);
         if !orphans.is_empty() {
             let out = self

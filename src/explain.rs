@@ -1,0 +1,220 @@
+//! `jointer explain pod NAMESPACE/NAME`: why a pod is pending, from the same scheduling core
+//! and the same cluster objects the controller decides with.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _, Result};
+use jointer_controller::api::ec2nodeclass::EC2NodeClass;
+use jointer_controller::api::nodeclaim::NodeClaim;
+use jointer_controller::api::NodePool;
+use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
+use jointer_controller::provisioning::snapshot::{
+    self, class_not_ready, is_provisionable, Snapshot,
+};
+use jointer_controller::runtime::metrics::Metrics;
+use jointer_controller::scheduling::{solve, PodKey, SchedPod};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::bootstrap::Context;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub pod: String,
+    /// `bound`, `existing-capacity`, `new-nodeclaim` or `unschedulable`.
+    pub verdict: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<PoolReason>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PoolReason {
+    pub nodepool: String,
+    pub reason: String,
+}
+
+async fn all<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing {}", K::plural(&())))?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect())
+}
+
+async fn all_namespaced<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing {}", K::plural(&())))?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect())
+}
+
+pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
+    let Some((namespace, name)) = target
+        .split_once('/')
+        .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+    else {
+        bail!("`{target}` is not NAMESPACE/NAME (e.g. `default/web-5d9c7-abcde`)");
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.kube.clone(), namespace);
+    let Some(pod) = pods.get_opt(name).await.context("reading the pod")? else {
+        bail!("pod {name} not found in namespace {namespace}");
+    };
+    let key = PodKey {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    };
+    let shown = format!("{namespace}/{name}");
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        return Ok(Explanation {
+            pod: shown,
+            verdict: "bound",
+            message: format!("bound to node {node}: nothing to provision"),
+            reasons: vec![],
+        });
+    }
+    let snap = Snapshot {
+        pods: all_namespaced::<Pod>(&ctx.kube).await?,
+        nodes: all::<Node>(&ctx.kube).await?,
+        nodeclaims: all::<NodeClaim>(&ctx.kube).await?,
+        nodepools: all::<NodePool>(&ctx.kube).await?,
+        nodeclasses: all::<EC2NodeClass>(&ctx.kube).await?,
+        daemonsets: all_namespaced::<DaemonSet>(&ctx.kube).await?,
+    };
+    let config = jointer_controller::clients::aws_config(Some(&ctx.cluster.region)).await;
+    let cluster = describe_cluster(&ctx.aws.eks, &ctx.cluster.name, None).await?;
+    let cloud = AwsCloud::new(
+        &config,
+        &ctx.cluster.region,
+        cluster,
+        Arc::new(Metrics::new()),
+    )?;
+    let mut types_of_class = HashMap::new();
+    for class in &snap.nodeclasses {
+        if class_not_ready(class).is_none() {
+            types_of_class.insert(class.name_any(), cloud.instance_types(class).await?);
+        }
+    }
+    let mut built = snapshot::build(&snap, &types_of_class);
+    // A pod kube-scheduler has not given up on yet is explained all the same.
+    let waiting_on_scheduler = !is_provisionable(&pod);
+    if waiting_on_scheduler {
+        built.problem.pods.push(SchedPod::from_k8s(&pod, None));
+    }
+    let plan = solve(&built.problem);
+    let skipped = || {
+        built
+            .skipped
+            .iter()
+            .map(|s| PoolReason {
+                nodepool: s.pool.clone(),
+                reason: s.why.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let note = if waiting_on_scheduler {
+        " (kube-scheduler has not marked it unschedulable yet, so the controller is not acting on it)"
+    } else {
+        ""
+    };
+    if let Some(node) = plan
+        .existing
+        .iter()
+        .find(|(_, pods)| pods.contains(&key))
+        .map(|(n, _)| n)
+    {
+        let in_flight = snap.nodeclaims.iter().any(|c| &c.name_any() == node);
+        let message = if in_flight {
+            format!("fits on NodeClaim {node}, which is launching: the pod runs once its node is Ready{note}")
+        } else {
+            format!("fits on node {node} as it is now: kube-scheduler should place it{note}")
+        };
+        return Ok(Explanation {
+            pod: shown,
+            verdict: "existing-capacity",
+            message,
+            reasons: vec![],
+        });
+    }
+    if let Some(planned) = plan.nodeclaims.iter().find(|n| n.pods.contains(&key)) {
+        let choice = planned
+            .launch_choice()
+            .map(|c| {
+                format!(
+                    "{} in {} ({}, ${:.4}/h)",
+                    c.instance_type.name,
+                    c.offering.zone,
+                    c.offering.capacity_type,
+                    c.offering.price
+                )
+            })
+            .unwrap_or_default();
+        return Ok(Explanation {
+            pod: shown,
+            verdict: "new-nodeclaim",
+            message: format!(
+                "a new node from NodePool {} would take it, cheapest {choice}, with {} other pending pod(s); the controller creates it within its batch window{note}",
+                planned.pool,
+                planned.pods.len().saturating_sub(1)
+            ),
+            reasons: skipped(),
+        });
+    }
+    let unschedulable = plan.unschedulable.iter().find(|u| u.pod == key);
+    let mut reasons: Vec<PoolReason> = unschedulable
+        .map(|u| {
+            u.reasons
+                .iter()
+                .map(|(pool, r)| PoolReason {
+                    nodepool: pool.clone(),
+                    reason: r.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    reasons.extend(skipped());
+    let message = if reasons.is_empty() {
+        "no NodePool exists".to_string()
+    } else {
+        format!("no NodePool can launch a node for it{note}")
+    };
+    Ok(Explanation {
+        pod: shown,
+        verdict: "unschedulable",
+        message,
+        reasons,
+    })
+}
+
+pub fn print(e: &Explanation) {
+    println!("pod {}: {}", e.pod, e.message);
+    for r in &e.reasons {
+        println!("  NodePool {}: {}", r.nodepool, r.reason);
+    }
+}
