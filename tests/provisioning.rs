@@ -268,6 +268,10 @@ impl Drop for TeardownOnPanic<'_> {
                 "teardown after the failure: exit {}\n{}",
                 run.code, run.stderr
             );
+            // Its pending pods would otherwise keep every later test's provisioner busy.
+            let _ = std::process::Command::new("kubectl")
+                .args(["delete", "namespace", &self.0.cluster, "--wait=false"])
+                .status();
         }
     }
 }
@@ -1020,6 +1024,7 @@ async fn figures() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let calls = testenv::calls();
+    let scale_up = t0.elapsed();
     let claims = claims_api
         .list(&ListParams::default())
         .await
@@ -1058,6 +1063,46 @@ async fn figures() {
     to_claim.sort_by(f64::total_cmp);
     to_running.sort_by(f64::total_cmp);
     let aws_calls = calls.len();
+
+    // Ten pods that may not share a node: ten NodeClaims, for the AWS calls per node.
+    testenv::clear_calls();
+    let before = claims.len();
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("apart", &s.cluster, 10, "100m", apart),
+        )
+        .await
+        .expect("apart");
+    wait_for(
+        "the ten apart pods Running",
+        Duration::from_secs(300),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=apart"))
+                .await
+                .ok()?
+                .items;
+            (running(&list) == 10).then_some(())
+        },
+    )
+    .await;
+    let apart_calls = testenv::calls();
+    let apart_nodes = claims_api
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+        .len()
+        - before;
+    let mut by_operation: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &apart_calls {
+        *by_operation
+            .entry(c["operation"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
 
     // 1,000 pods no pool can take: the controller holds and re-solves them.
     deployments
@@ -1105,8 +1150,14 @@ async fn figures() {
         to_running.len()
     );
     eprintln!(
-        "  AWS calls during the scale-up: {aws_calls} ({:.1} per node)",
-        aws_calls as f64 / claims.len().max(1) as f64
+        "  AWS calls during the scale-up: {aws_calls} ({:.1} per node); all Running after {:.1} s",
+        aws_calls as f64 / claims.len().max(1) as f64,
+        scale_up.as_secs_f64()
+    );
+    eprintln!(
+        "  ten pods with hostname anti-affinity: {apart_nodes} NodeClaims, {} AWS calls ({:.1} per node): {by_operation:?}",
+        apart_calls.len(),
+        apart_calls.len() as f64 / apart_nodes.max(1) as f64
     );
     eprintln!(
         "  controller RSS idle: {:.1} MiB; with 1,000 pending pods: {:.1} MiB",
@@ -1124,6 +1175,10 @@ async fn figures() {
         .expect("delete");
     deployments
         .delete("stuck", &DeleteParams::default())
+        .await
+        .expect("delete");
+    deployments
+        .delete("apart", &DeleteParams::default())
         .await
         .expect("delete");
     teardown(&s);

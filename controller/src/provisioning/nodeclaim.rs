@@ -97,8 +97,8 @@ pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool) -> NodeClaim {
                 requests: quantities(&plan.requests),
             },
             node_class_ref: template.spec.node_class_ref.clone(),
-            expire_after: template.spec.expire_after.clone(),
-            termination_grace_period: template.spec.termination_grace_period.clone(),
+            expire_after: template.spec.expire_after,
+            termination_grace_period: template.spec.termination_grace_period,
         },
         status: None,
     }

@@ -9,6 +9,9 @@ use crate::api::ec2nodeclass::ResolvedSubnet;
 use crate::api::labels;
 use crate::scheduling::{CapacityType, InstanceType, Requirements, Resources};
 
+/// (zone, capacity type, USD/hour) of one usable offering.
+type Offer = (String, CapacityType, f64);
+
 /// At most this many instance types go into one request (as upstream: more only slows EC2).
 pub const MAX_TYPES: usize = 60;
 
@@ -85,7 +88,7 @@ pub fn plan(
             .entry(s.zone.as_str())
             .or_insert(s.id.as_str());
     }
-    let usable = |t: &InstanceType| -> Vec<(String, CapacityType, f64)> {
+    let usable = |t: &InstanceType| -> Vec<Offer> {
         t.offerings
             .iter()
             .filter(|o| o.available && o.matches(requirements))
@@ -93,7 +96,7 @@ pub fn plan(
             .map(|o| (o.zone.clone(), o.capacity_type, o.price))
             .collect()
     };
-    let offers: Vec<(&Arc<InstanceType>, Vec<(String, CapacityType, f64)>)> = candidates
+    let offers: Vec<(&Arc<InstanceType>, Vec<Offer>)> = candidates
         .into_iter()
         .map(|t| (t, usable(t)))
         .filter(|(_, o)| !o.is_empty())
@@ -104,7 +107,7 @@ pub fn plan(
         .filter(|o| o.1 == CapacityType::OnDemand)
         .map(|o| o.2)
         .min_by(f64::total_cmp);
-    let worth = |o: &(String, CapacityType, f64)| match o.1 {
+    let worth = |o: &Offer| match o.1 {
         // A spot price above what on-demand would cost is no saving, only interruption risk.
         CapacityType::Spot => cheapest_on_demand.is_none_or(|od| o.2 <= od),
         _ => true,
@@ -176,7 +179,7 @@ mod tests {
     fn itype(name: &str, cpu: i64, offers: &[(&str, CapacityType, f64)]) -> Arc<InstanceType> {
         let mut req = Requirements::new();
         req.add(labels::ARCH, Requirement::any_of(["amd64"]));
-        let cap = Resources::cpu_memory(cpu * 1000, cpu * 4 << 30);
+        let cap = Resources::cpu_memory(cpu * 1000, (cpu * 4) << 30);
         Arc::new(InstanceType::new(
             name,
             req,

@@ -79,10 +79,10 @@ pub struct AwsCloud {
     metrics: Arc<Metrics>,
 }
 
-fn api_error<E: std::error::Error>(what: &str, e: aws_sdk_ec2::error::SdkError<E>) -> LaunchError
-where
-    E: 'static,
-{
+fn api_error<E: std::error::Error + 'static>(
+    what: &str,
+    e: aws_sdk_ec2::error::SdkError<E>,
+) -> LaunchError {
     LaunchError::Api(format!("{what}: {}", DisplayErrorContext(e)))
 }
 
