@@ -9,6 +9,7 @@ use jointer_controller::api::ec2nodeclass::EC2NodeClass;
 use jointer_controller::api::nodeclaim::NodeClaim;
 use jointer_controller::api::NodePool;
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
+use jointer_controller::disruption::decide::{decide, Inputs as DecideInputs};
 use jointer_controller::provisioning::snapshot::{
     self, class_not_ready, is_provisionable, Snapshot,
 };
@@ -25,8 +26,11 @@ use crate::bootstrap::Context;
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
+    /// The pod (`NAMESPACE/NAME`) or node explained.
+    #[serde(rename = "object")]
     pub pod: String,
-    /// `bound`, `existing-capacity`, `new-nodeclaim` or `unschedulable`.
+    /// Pods: `bound`, `existing-capacity`, `new-nodeclaim` or `unschedulable`; nodes:
+    /// `disruptable`, `kept` or `unmanaged`.
     pub verdict: &'static str,
     pub message: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -75,6 +79,97 @@ where
         .collect())
 }
 
+type TypesOfClass = HashMap<String, Vec<Arc<jointer_controller::scheduling::InstanceType>>>;
+
+/// The objects the controller decides from, and the instance types of each Ready class.
+async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
+    let snap = Snapshot {
+        pods: all_namespaced::<Pod>(&ctx.kube).await?,
+        nodes: all::<Node>(&ctx.kube).await?,
+        nodeclaims: all::<NodeClaim>(&ctx.kube).await?,
+        nodepools: all::<NodePool>(&ctx.kube).await?,
+        nodeclasses: all::<EC2NodeClass>(&ctx.kube).await?,
+        daemonsets: all_namespaced::<DaemonSet>(&ctx.kube).await?,
+    };
+    let config = jointer_controller::clients::aws_config(Some(&ctx.cluster.region)).await;
+    let cluster = describe_cluster(&ctx.aws.eks, &ctx.cluster.name, None).await?;
+    let cloud = AwsCloud::new(
+        &config,
+        &ctx.cluster.region,
+        cluster,
+        Arc::new(Metrics::new()),
+    )?;
+    let mut types_of_class = HashMap::new();
+    for class in &snap.nodeclasses {
+        if class_not_ready(class).is_none() {
+            types_of_class.insert(class.name_any(), cloud.instance_types(class).await?);
+        }
+    }
+    Ok((snap, types_of_class))
+}
+
+/// Why a node is kept (or that it would be disrupted now), from the disruption core.
+pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
+    let (snap, types_of_class) = cluster_state(ctx).await?;
+    let Some(claim) = snap.nodeclaims.iter().find(|c| {
+        c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) || c.name_any() == node
+    }) else {
+        if snap.nodes.iter().any(|n| n.name_any() == node) {
+            return Ok(Explanation {
+                pod: node.to_string(),
+                verdict: "unmanaged",
+                message: format!(
+                    "node {node} has no NodeClaim: jointer-controller does not disrupt it"
+                ),
+                reasons: vec![],
+            });
+        }
+        bail!("no node or NodeClaim named {node}");
+    };
+    let name = claim.name_any();
+    let decision = decide(&DecideInputs {
+        snapshot: &snap,
+        types_of_class: &types_of_class,
+        now: k8s_openapi::jiff::Timestamp::now(),
+        settle: std::time::Duration::from_secs(30),
+    });
+    if let Some(c) = decision
+        .command
+        .as_ref()
+        .filter(|c| c.candidates.contains(&name))
+    {
+        let how = if c.replacement.is_some() {
+            "replaced by a cheaper node"
+        } else {
+            "deleted, its pods fit elsewhere"
+        };
+        return Ok(Explanation {
+            pod: node.to_string(),
+            verdict: "disruptable",
+            message: format!(
+                "{} now (NodeClaim {name}): {how}, saving ${:.4}/h",
+                c.method.as_str(),
+                c.saving
+            ),
+            reasons: vec![],
+        });
+    }
+    let message = match decision.kept.iter().find(|(c, _)| c == &name) {
+        Some((_, why)) => format!("kept: {why}"),
+        None if decision.command.is_some() => {
+            "another disruption goes first this round".to_string()
+        }
+        None => "not a candidate: not initialized yet, being deleted, or its NodePool is gone"
+            .to_string(),
+    };
+    Ok(Explanation {
+        pod: node.to_string(),
+        verdict: "kept",
+        message,
+        reasons: vec![],
+    })
+}
+
 pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
     let Some((namespace, name)) = target
         .split_once('/')
@@ -99,28 +194,7 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
             reasons: vec![],
         });
     }
-    let snap = Snapshot {
-        pods: all_namespaced::<Pod>(&ctx.kube).await?,
-        nodes: all::<Node>(&ctx.kube).await?,
-        nodeclaims: all::<NodeClaim>(&ctx.kube).await?,
-        nodepools: all::<NodePool>(&ctx.kube).await?,
-        nodeclasses: all::<EC2NodeClass>(&ctx.kube).await?,
-        daemonsets: all_namespaced::<DaemonSet>(&ctx.kube).await?,
-    };
-    let config = jointer_controller::clients::aws_config(Some(&ctx.cluster.region)).await;
-    let cluster = describe_cluster(&ctx.aws.eks, &ctx.cluster.name, None).await?;
-    let cloud = AwsCloud::new(
-        &config,
-        &ctx.cluster.region,
-        cluster,
-        Arc::new(Metrics::new()),
-    )?;
-    let mut types_of_class = HashMap::new();
-    for class in &snap.nodeclasses {
-        if class_not_ready(class).is_none() {
-            types_of_class.insert(class.name_any(), cloud.instance_types(class).await?);
-        }
-    }
+    let (snap, types_of_class) = cluster_state(ctx).await?;
     let mut built = snapshot::build(&snap, &types_of_class);
     // A pod kube-scheduler has not given up on yet is explained all the same.
     let waiting_on_scheduler = !is_provisionable(&pod);
@@ -213,7 +287,8 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
 }
 
 pub fn print(e: &Explanation) {
-    println!("pod {}: {}", e.pod, e.message);
+    let kind = if e.pod.contains('/') { "pod" } else { "node" };
+    println!("{kind} {}: {}", e.pod, e.message);
     for r in &e.reasons {
         println!("  NodePool {}: {}", r.nodepool, r.reason);
     }

@@ -230,6 +230,13 @@ enum ExplainWhat {
         #[command(flatten)]
         target: Target,
     },
+    /// Why a node is kept rather than consolidated (or that it would be disrupted now).
+    Node {
+        /// The node's (or its NodeClaim's) name.
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Subcommand)]
@@ -372,12 +379,16 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Explain {
-            what: ExplainWhat::Pod { pod, target },
-        } => {
+        Command::Explain { what } => {
+            let target = match what {
+                ExplainWhat::Pod { target, .. } | ExplainWhat::Node { target, .. } => target,
+            };
             let (rt, ctx) =
                 bootstrap_context(target, false, options(false, false, DEFAULT_TIMEOUT))?;
-            let explained = rt.block_on(explain::explain_pod(&ctx, pod))?;
+            let explained = match what {
+                ExplainWhat::Pod { pod, .. } => rt.block_on(explain::explain_pod(&ctx, pod))?,
+                ExplainWhat::Node { node, .. } => rt.block_on(explain::explain_node(&ctx, node))?,
+            };
             if json {
                 println!(
                     "{}",

@@ -1,4 +1,5 @@
-//! The provisioning controller end to end on the real environment: `jointer apply` on a test
+//! The controller end to end on the real environment (provisioning, then disruption and
+//! interruption further down): `jointer apply` on a test
 //! world, the controller as a local process (with its ServiceAccount's token), workloads
 //! created with the API → NodeClaims → CreateFleet in moto → Nodes registered by the node-join
 //! simulator → pods Running, placed by kube-scheduler. The API server is shared by every
@@ -38,7 +39,7 @@ fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
 
 /// The world's EC2NodeClass and NodePools: `general` (on-demand, m5/c5/r5, a label only this
 /// world's nodes carry) and `spot` (spot or on-demand, tainted, preferred by weight).
-fn write_templates(s: &Setup, general_limits: &str) {
+fn write_templates(s: &Setup, general_extra: &str) {
     let class = format!(
         "apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
@@ -73,7 +74,7 @@ spec:
     s.ws.write("nodes/class.yaml", &class);
     s.ws.write(
         "nodes/general.yaml",
-        &pool("general", general_limits, "on-demand", "m5, c5, r5"),
+        &pool("general", general_extra, "on-demand", "m5, c5, r5"),
     );
     s.ws.write(
         "nodes/spot.yaml",
@@ -1179,6 +1180,496 @@ async fn figures() {
         .expect("delete");
     deployments
         .delete("apart", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+/// This world's NodeClaims.
+async fn world_claims(client: &kube::Client, cluster: &str) -> Vec<DynamicObject> {
+    nodeclaims(client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(WORLD_LABEL))
+                .map(String::as_str)
+                == Some(cluster)
+        })
+        .collect()
+}
+
+/// USD/hour of the world's live instances under the fixture prices.
+async fn hourly(s: &Setup) -> f64 {
+    let prices = fixture_prices();
+    instances(s)
+        .await
+        .values()
+        .map(|(t, z, l)| {
+            if l == "spot" {
+                prices[t].1[z]
+            } else {
+                prices[t].0
+            }
+        })
+        .sum()
+}
+
+async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+    deployments
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scale");
+}
+
+async fn all_running(pods: &Api<Pod>, selector: &str, n: usize) {
+    wait_for(
+        &format!("{n} pods {selector} Running"),
+        Duration::from_secs(180),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .ok()?
+                .items;
+            (list.len() == n && running(&list) == n).then_some(())
+        },
+    )
+    .await;
+}
+
+fn apart(app: &str) -> Value {
+    json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+}
+
+#[tokio::test]
+async fn the_seed_scale_down_deletes_empty_nodes_and_replaces_an_underutilized_one_with_a_cheaper_one(
+) {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("dis-down", "templates: { dir: nodes }").await;
+    write_templates(&s, "  disruption: { consolidateAfter: 5s }\n");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28240, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+
+    // Three pods that may not share a node → three nodes; down to one → two empty nodes go.
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("apart", &s.cluster, 3, "1", apart("apart")),
+        )
+        .await
+        .expect("apart");
+    all_running(&pods, "app=apart", 3).await;
+    assert_eq!(world_claims(&admin, &s.cluster).await.len(), 3);
+    let before = hourly(&s).await;
+    let settle = Instant::now();
+    scale(&deployments, "apart", 1).await;
+    wait_for(
+        "the two empty nodes drained and terminated",
+        Duration::from_secs(120),
+        || async {
+            (world_claims(&admin, &s.cluster).await.len() == 1 && instances(&s).await.len() == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "scale-down settled in {:.1} s (consolidateAfter 5 s)",
+        settle.elapsed().as_secs_f64()
+    );
+    all_running(&pods, "app=apart", 1).await;
+    let after = hourly(&s).await;
+    eprintln!("$/hour {before:.4} → {after:.4}");
+    assert!(after < before, "{before} → {after}");
+    scale(&deployments, "apart", 0).await;
+    wait_for(
+        "the last, now empty, node gone",
+        Duration::from_secs(120),
+        || async {
+            (world_claims(&admin, &s.cluster).await.is_empty() && instances(&s).await.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+
+    // A 3-CPU and a half-CPU pod share a 4-CPU node; without the big one, the small one moves
+    // to a cheaper node, launched and Ready before anything is drained.
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("big", &s.cluster, 1, "3", json!({})),
+        )
+        .await
+        .expect("big");
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("small", &s.cluster, 1, "500m", json!({})),
+        )
+        .await
+        .expect("small");
+    all_running(&pods, "app=small", 1).await;
+    all_running(&pods, "app=big", 1).await;
+    let shared = world_claims(&admin, &s.cluster).await;
+    let old = shared[0].metadata.name.clone().expect("name");
+    let old_type = shared[0].metadata.labels.as_ref().expect("labels")
+        ["node.kubernetes.io/instance-type"]
+        .clone();
+    let before = hourly(&s).await;
+    deployments
+        .delete("big", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for(
+        "the underutilized node replaced",
+        Duration::from_secs(180),
+        || async {
+            let claims = world_claims(&admin, &s.cluster).await;
+            (claims.len() == 1
+                && claims[0].metadata.name.as_ref() != Some(&old)
+                && condition(&claims[0], "Initialized")
+                && instances(&s).await.len() == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    all_running(&pods, "app=small", 1).await;
+    let after = hourly(&s).await;
+    let new_type = world_claims(&admin, &s.cluster).await[0]
+        .metadata
+        .labels
+        .as_ref()
+        .expect("labels")["node.kubernetes.io/instance-type"]
+        .clone();
+    eprintln!("replaced {old_type} by {new_type}: $/hour {before:.4} → {after:.4}");
+    assert!(after < before, "{before} → {after}");
+    // The replacement was Ready before the old node was disrupted.
+    let logs = controller.logs();
+    let initialized = logs
+        .find("\"replacement initialized\"")
+        .expect("a replacement was launched");
+    let disrupted = logs[initialized..]
+        .find("\"disrupting\"")
+        .expect("then the old node was disrupted");
+    assert!(disrupted > 0);
+    assert!(controller.metric("jointer_controller_disruption_commands_total") >= 2.0);
+
+    deployments
+        .delete("small", &DeleteParams::default())
+        .await
+        .expect("delete");
+    deployments
+        .delete("apart", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_the_node() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("dis-budget", "templates: { dir: nodes }").await;
+    // General: nothing may be disrupted. Spot: nodes expire after 40 s.
+    write_templates(
+        &s,
+        "  disruption: { consolidateAfter: 2s, budgets: [ { nodes: \"0\" } ] }\n",
+    );
+    let spot =
+        s.ws.read("nodes/spot.yaml")
+            .replace("      taints:", "      expireAfter: 40s\n      taints:");
+    s.ws.write("nodes/spot.yaml", &spot);
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28250, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("apart", &s.cluster, 2, "1", apart("apart")),
+        )
+        .await
+        .expect("apart");
+    all_running(&pods, "app=apart", 2).await;
+    scale(&deployments, "apart", 1).await;
+    // Several loop periods (2 s) past consolidateAfter: the empty node stays.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let general: Vec<_> = world_claims(&admin, &s.cluster)
+        .await
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l["karpenter.sh/nodepool"].starts_with("general-"))
+        })
+        .collect();
+    assert_eq!(general.len(), 2, "budget nodes: 0 blocks consolidation");
+    // `jointer explain node` says why, from the same core.
+    let node = general[0].data["status"]["nodeName"]
+        .as_str()
+        .expect("nodeName")
+        .to_string();
+    let explained = s.jointer(&["explain", "node", &node]);
+    assert_eq!(explained.code, 0, "{explained:#?}");
+    assert!(
+        explained.stdout.contains("kept") && explained.stdout.contains("budget"),
+        "{}",
+        explained.stdout
+    );
+    assert_eq!(
+        controller.metric("jointer_controller_disruption_commands_total{reason=\"Empty\"}"),
+        0.0
+    );
+
+    let tolerate = json!({
+        "tolerations": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}],
+        "nodeSelector": {WORLD_LABEL: s.cluster, "karpenter.sh/capacity-type": "spot"},
+    });
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("batch", &s.cluster, 1, "1", tolerate),
+        )
+        .await
+        .expect("batch");
+    all_running(&pods, "app=batch", 1).await;
+    let first: BTreeSet<String> = world_claims(&admin, &s.cluster)
+        .await
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l["karpenter.sh/nodepool"].starts_with("spot-"))
+        })
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    wait_for(
+        "the expired spot node replaced",
+        Duration::from_secs(150),
+        || async {
+            let now: BTreeSet<String> = world_claims(&admin, &s.cluster)
+                .await
+                .into_iter()
+                .filter(|c| {
+                    c.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l["karpenter.sh/nodepool"].starts_with("spot-"))
+                        && condition(c, "Initialized")
+                })
+                .filter_map(|c| c.metadata.name)
+                .collect();
+            (!now.is_empty() && now.is_disjoint(&first)).then_some(())
+        },
+    )
+    .await;
+    all_running(&pods, "app=batch", 1).await;
+    assert!(
+        controller.metric("jointer_controller_disruption_commands_total{reason=\"Expired\"}")
+            >= 1.0
+    );
+
+    for d in ["apart", "batch"] {
+        deployments
+            .delete(d, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_deleted() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("dis-int", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28260, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let tolerate = json!({
+        "tolerations": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}],
+        "nodeSelector": {WORLD_LABEL: s.cluster, "karpenter.sh/capacity-type": "spot"},
+    });
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("batch", &s.cluster, 1, "1", tolerate),
+        )
+        .await
+        .expect("batch");
+    all_running(&pods, "app=batch", 1).await;
+    let claim = world_claims(&admin, &s.cluster).await.remove(0);
+    let old_instance = claim.data["status"]["providerID"]
+        .as_str()
+        .expect("providerID")
+        .rsplit('/')
+        .next()
+        .expect("id")
+        .to_string();
+
+    let config = testenv::aws().await;
+    let events = aws_sdk_eventbridge::Client::new(&config);
+    let send = |detail_type: &'static str, detail: String| {
+        let events = events.clone();
+        async move {
+            events
+                .put_events()
+                .entries(
+                    aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                        .source("aws.ec2")
+                        .detail_type(detail_type)
+                        .detail(detail)
+                        .build(),
+                )
+                .send()
+                .await
+                .expect("PutEvents")
+        }
+    };
+    let warned = Instant::now();
+    send(
+        "EC2 Spot Instance Interruption Warning",
+        json!({"instance-id": old_instance, "instance-action": "terminate"}).to_string(),
+    )
+    .await;
+    send(
+        "EC2 Spot Instance Interruption Warning",
+        json!({"instance-id": "i-0000000000000dead", "instance-action": "terminate"}).to_string(),
+    )
+    .await;
+    let queue_url = s.queue_url().await.expect("queue");
+    s.sqs
+        .send_message()
+        .queue_url(&queue_url)
+        .message_body("this is not an event")
+        .send()
+        .await
+        .expect("send");
+
+    wait_for(
+        "the interrupted node replaced and the pod Running again",
+        Duration::from_secs(120),
+        || async {
+            let claims = world_claims(&admin, &s.cluster).await;
+            let list = pods
+                .list(&ListParams::default().labels("app=batch"))
+                .await
+                .ok()?
+                .items;
+            let replaced = claims.len() == 1
+                && claims[0].metadata.name != claim.metadata.name
+                && condition(&claims[0], "Initialized");
+            (replaced && running(&list) == 1).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "interruption warning → replacement Ready, pod Running: {:.1} s",
+        warned.elapsed().as_secs_f64()
+    );
+    wait_for(
+        "the interrupted instance terminated",
+        Duration::from_secs(60),
+        || async { (!instances(&s).await.contains_key(&old_instance)).then_some(()) },
+    )
+    .await;
+    wait_for("every message deleted", Duration::from_secs(60), || async {
+        let m = controller.metrics();
+        let handled = m
+            .contains("jointer_controller_interruption_messages_total{reason=\"malformed\"}")
+            && m.contains(
+                "jointer_controller_interruption_messages_total{reason=\"spot_interruption\"} 2",
+            );
+        let attrs = s
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(
+                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+            )
+            .send()
+            .await
+            .ok()?;
+        let left: i64 = attrs
+            .attributes()
+            .map(|a| a.values().filter_map(|v| v.parse::<i64>().ok()).sum())
+            .unwrap_or(1);
+        (handled && left == 0).then_some(())
+    })
+    .await;
+    assert!(
+        controller.logs().contains("not ours"),
+        "the unknown instance was logged"
+    );
+
+    // A state change to terminated for the new node's instance: its NodeClaim goes.
+    let current = world_claims(&admin, &s.cluster).await.remove(0);
+    let id = current.data["status"]["providerID"]
+        .as_str()
+        .expect("providerID")
+        .rsplit('/')
+        .next()
+        .expect("id")
+        .to_string();
+    send(
+        "EC2 Instance State-change Notification",
+        json!({"instance-id": id, "state": "terminated"}).to_string(),
+    )
+    .await;
+    wait_for(
+        "the NodeClaim of the terminated instance deleted",
+        Duration::from_secs(60),
+        || async {
+            (!world_claims(&admin, &s.cluster)
+                .await
+                .iter()
+                .any(|c| c.metadata.name == current.metadata.name))
+            .then_some(())
+        },
+    )
+    .await;
+
+    deployments
+        .delete("batch", &DeleteParams::default())
         .await
         .expect("delete");
     teardown(&s);

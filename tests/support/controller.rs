@@ -51,6 +51,9 @@ impl Controller {
             .env("NODECLASS_RESYNC", "2s")
             .env("GC_GRACE", "5s")
             .env("LOG_LEVEL", "info")
+            .env("DISRUPTION_POLL", "2s")
+            .env("DISRUPTION_VALIDATION", "2s")
+            .env("DISRUPTION_SETTLE", "5s")
             .stdout(Stdio::from(file.try_clone().expect("log")))
             .stderr(Stdio::from(file));
         if let Some(k) = kubeconfig {

@@ -24,7 +24,7 @@ use crate::runtime::metrics::{Metrics, ReasonLabels};
 use crate::runtime::settings::Settings;
 use crate::runtime::stores::Stores;
 use crate::scheduling::{solve, PodKey, Rejection, Resources};
-use snapshot::{class_not_ready, is_provisionable};
+use snapshot::class_not_ready;
 
 /// How often the pending set is looked at.
 const TICK: Duration = Duration::from_millis(200);
@@ -89,12 +89,8 @@ impl Provisioner {
         let mut events: HashMap<PodKey, (String, Instant)> = HashMap::new();
         loop {
             tokio::time::sleep(TICK).await;
-            let pending: BTreeSet<PodKey> = self
-                .stores
-                .pods
-                .state()
+            let pending: BTreeSet<PodKey> = snapshot::pods_to_place(&self.stores.snapshot())
                 .iter()
-                .filter(|p| is_provisionable(p))
                 .map(|p| pod_key(p))
                 .collect();
             if pending.is_empty() {

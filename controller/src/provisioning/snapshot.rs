@@ -76,6 +76,48 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         && !owned_by_daemonset(pod)
 }
 
+/// Whether a node is on its way out: being deleted, its NodeClaim being deleted, or tainted
+/// for disruption. Its pods are placed again (on a replacement launched while it drains).
+pub fn node_is_going(node: &Node, claims: &[Arc<NodeClaim>]) -> bool {
+    let name = node.name_any();
+    node.metadata.deletion_timestamp.is_some()
+        || node
+            .spec
+            .iter()
+            .flat_map(|s| s.taints.iter().flatten())
+            .any(|t| t.key == crate::lifecycle::drain::DISRUPTED_TAINT)
+        || claims.iter().any(|c| {
+            c.metadata.deletion_timestamp.is_some()
+                && c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
+        })
+}
+
+/// The pods the provisioner must find room for: those kube-scheduler could not place, and
+/// those on nodes that are going.
+pub fn pods_to_place(snapshot: &Snapshot) -> Vec<Arc<Pod>> {
+    let going: std::collections::HashSet<String> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| node_is_going(n, &snapshot.nodeclaims))
+        .map(|n| n.name_any())
+        .collect();
+    snapshot
+        .pods
+        .iter()
+        .filter(|p| {
+            is_provisionable(p)
+                || (p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| going.contains(n))
+                    && p.metadata.deletion_timestamp.is_none()
+                    && crate::lifecycle::drain::must_evict(p))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Why a class cannot launch now, or None when it is Ready.
 pub fn class_not_ready(class: &EC2NodeClass) -> Option<String> {
     let conditions = class
@@ -274,7 +316,7 @@ pub fn build(
             .as_ref()
             .and_then(|s| s.unschedulable)
             .unwrap_or(false);
-        if node.metadata.deletion_timestamp.is_some() || cordoned {
+        if cordoned || node_is_going(node, &snapshot.nodeclaims) {
             continue;
         }
         let pods: Vec<SchedPod> = bound
@@ -337,10 +379,8 @@ pub fn build(
             pods: Vec::new(),
         });
     }
-    let pods = snapshot
-        .pods
+    let pods = pods_to_place(snapshot)
         .iter()
-        .filter(|p| is_provisionable(p))
         .map(|p| SchedPod::from_k8s(p, None))
         .collect();
     Built {

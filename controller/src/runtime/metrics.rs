@@ -50,6 +50,8 @@ pub struct Metrics {
     pub decision_latency: Histogram,
     pub solve_duration: Histogram,
     pub pods_pending: Family<ReasonLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    pub interruption_messages: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    pub disruption_commands: Family<ReasonLabels, Counter<u64, AtomicU64>>,
 }
 
 fn pool_counter(registry: &mut Registry, name: &str, help: &str) -> PoolCounter {
@@ -134,8 +136,22 @@ impl Metrics {
             "pending pods the provisioner could not place at its last decision, by reason",
             pods_pending.clone(),
         );
+        let interruption_messages = Family::default();
+        registry.register(
+            "interruption_messages",
+            "interruption queue messages by kind (spot_interruption, scheduled_change, rebalance, state_change, ignored, malformed, ...)",
+            interruption_messages.clone(),
+        );
+        let disruption_commands = Family::default();
+        registry.register(
+            "disruption_commands",
+            "disruption commands carried out, by method (Expired, Empty, Underutilized)",
+            disruption_commands.clone(),
+        );
         Metrics {
             registry,
+            disruption_commands,
+            interruption_messages,
             nodeclaims_created,
             nodeclaims_launched,
             nodeclaims_registered,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 
 use crate::cloud::aws::{describe_cluster, AwsCloud};
-use crate::{garbage, lifecycle, nodeclass, provisioning};
+use crate::{disruption, garbage, interruption, lifecycle, nodeclass, provisioning};
 use metrics::Metrics;
 use server::Health;
 use settings::Settings;
@@ -122,6 +122,35 @@ pub async fn run(settings: Settings) -> Result<()> {
         metrics: metrics.clone(),
         recorder,
     });
+    let disruptor = disruption::Disruptor {
+        client: ctx.client.clone(),
+        cloud: lifecycle_ctx.cloud.clone(),
+        stores: stores.clone(),
+        settings: settings.clone(),
+        metrics: metrics.clone(),
+        recorder: lifecycle_ctx.recorder.clone(),
+    };
+    let interruption = settings
+        .interruption_queue
+        .clone()
+        .map(|queue| interruption::Handler {
+            sqs: aws_sdk_sqs::Client::new(&aws),
+            queue,
+            client: ctx.client.clone(),
+            stores: stores.clone(),
+            cloud: lifecycle_ctx.cloud.clone(),
+            metrics: metrics.clone(),
+            recorder: lifecycle_ctx.recorder.clone(),
+        });
+    let interruption = async move {
+        match interruption {
+            Some(h) => h.run().await,
+            None => {
+                tracing::info!("INTERRUPTION_QUEUE unset: interruption handling is off");
+                std::future::pending::<()>().await
+            }
+        }
+    };
     let pool_status = provisioning::pool_status_loop(ctx.client.clone(), stores);
     let controllers = tokio::spawn(async move {
         tokio::join!(
@@ -131,6 +160,8 @@ pub async fn run(settings: Settings) -> Result<()> {
             provisioner.run(),
             lifecycle::run(lifecycle_ctx),
             pool_status,
+            disruptor.run(),
+            interruption,
         );
     });
     // Keep the Lease; losing it (or a signal) ends the process, and its supervisor restarts

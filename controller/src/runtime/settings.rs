@@ -42,6 +42,15 @@ pub struct Settings {
     /// How long an instance may run with no NodeClaim before it is terminated.
     #[arg(long, env = "GC_GRACE", value_parser = seconds, default_value = "5m")]
     pub gc_grace: Duration,
+    /// How often the disruption loop decides.
+    #[arg(long, env = "DISRUPTION_POLL", value_parser = seconds, default_value = "10s")]
+    pub disruption_poll: Duration,
+    /// How long a disruption decision must keep holding before it is carried out.
+    #[arg(long, env = "DISRUPTION_VALIDATION", value_parser = seconds, default_value = "15s")]
+    pub disruption_validation: Duration,
+    /// A node initialized more recently than this is not disrupted (its pods are arriving).
+    #[arg(long, env = "DISRUPTION_SETTLE", value_parser = seconds, default_value = "30s")]
+    pub disruption_settle: Duration,
     /// `error`, `warn`, `info`, `debug`, or a tracing filter.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,

@@ -1,0 +1,256 @@
+//! The disruption core case by case: which node goes, how, and why the others stay.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jointer_controller::api::labels;
+use jointer_controller::disruption::decide::{decide, Inputs, Method};
+use jointer_controller::provisioning::snapshot::Snapshot;
+use jointer_controller::scheduling::{
+    CapacityType, InstanceType, Offering, Requirement, Requirements, Resources,
+};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{json, Value};
+
+const LONG_AGO: &str = "2026-11-30T10:00:00Z";
+const NOW: &str = "2026-11-30T12:00:00Z";
+
+fn itype(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
+    let mut req = Requirements::new();
+    req.add(labels::ARCH, Requirement::any_of(["amd64"]));
+    req.add(labels::OS, Requirement::any_of(["linux"]));
+    let capacity = Resources {
+        pods: 110,
+        ..Resources::cpu_memory(cpu * 1000, cpu * 4 << 30)
+    };
+    Arc::new(InstanceType::new(
+        name,
+        req,
+        capacity,
+        Resources::ZERO,
+        vec![Offering {
+            zone: "z1".into(),
+            capacity_type: CapacityType::OnDemand,
+            price,
+            available: true,
+        }],
+    ))
+}
+
+fn types() -> HashMap<String, Vec<Arc<InstanceType>>> {
+    HashMap::from([(
+        "c".to_string(),
+        vec![itype("small", 2, 0.1), itype("big", 8, 0.4)],
+    )])
+}
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+    Arc::new(serde_json::from_value(v).expect("object"))
+}
+
+fn pool(disruption: Value, expire: &str) -> Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p", "uid": "u"},
+        "spec": {"template": {"spec": {"expireAfter": expire, "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"}}},
+            "disruption": disruption}})
+}
+
+fn class() -> Value {
+    json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "c"},
+        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], "role": "r"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": LONG_AGO}]}})
+}
+
+/// A node of `itype` (and its NodeClaim), `last_pod_event` ago.
+fn node(
+    name: &str,
+    itype: &str,
+    cpu: i64,
+    last_pod_event: &str,
+    annotations: Value,
+) -> (Value, Value) {
+    let labels = json!({"karpenter.sh/nodepool": "p", "node.kubernetes.io/instance-type": itype, "topology.kubernetes.io/zone": "z1",
+        "karpenter.sh/capacity-type": "on-demand", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name});
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"providerID": format!("aws:///z1/i-{name}")},
+        "status": {"allocatable": {"cpu": cpu.to_string(), "memory": format!("{}Gi", cpu * 4), "pods": "110"}}});
+    let claim = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": format!("claim-{name}"), "labels": labels, "creationTimestamp": LONG_AGO},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"}},
+        "status": {"nodeName": name, "providerID": format!("aws:///z1/i-{name}"), "lastPodEventTime": last_pod_event,
+            "conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": LONG_AGO}]}});
+    (node, claim)
+}
+
+fn pod(name: &str, node: &str, cpu: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+        "status": {"phase": "Running", "startTime": LONG_AGO}})
+}
+
+fn snapshot(pool: Value, nodes: &[(Value, Value)], pods: &[Value]) -> Snapshot {
+    Snapshot {
+        pods: pods.iter().cloned().map(from).collect(),
+        nodes: nodes.iter().map(|(n, _)| from(n.clone())).collect(),
+        nodeclaims: nodes.iter().map(|(_, c)| from(c.clone())).collect(),
+        nodepools: vec![from(pool)],
+        nodeclasses: vec![from(class())],
+        daemonsets: vec![],
+    }
+}
+
+fn run(snap: &Snapshot) -> jointer_controller::disruption::decide::Decision {
+    let types = types();
+    decide(&Inputs {
+        snapshot: snap,
+        types_of_class: &types,
+        now: NOW.parse::<Timestamp>().unwrap(),
+        settle: Duration::from_secs(30),
+    })
+}
+
+fn kept_reason(d: &jointer_controller::disruption::decide::Decision, claim: &str) -> String {
+    d.kept
+        .iter()
+        .find(|(c, _)| c == claim)
+        .map(|(_, w)| w.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_empty_node_is_deleted() {
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "small", 2, LONG_AGO, json!({}))],
+        &[],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Empty);
+    assert_eq!(c.candidates, ["claim-a"]);
+    assert!((c.saving - 0.1).abs() < 1e-9);
+}
+
+#[test]
+fn a_zero_budget_keeps_every_node_and_says_so() {
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "0"}]}),
+            "720h",
+        ),
+        &[node("a", "small", 2, LONG_AGO, json!({}))],
+        &[],
+    );
+    let d = run(&snap);
+    assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a").contains("budget"),
+        "{:?}",
+        d.kept
+    );
+}
+
+#[test]
+fn an_underutilized_node_is_replaced_only_by_a_strictly_cheaper_one() {
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "big", 8, LONG_AGO, json!({}))],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Underutilized);
+    let replacement = c.replacement.expect("a replacement");
+    assert_eq!(
+        replacement
+            .instance_types
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["small"]
+    );
+    assert!((c.saving - 0.3).abs() < 1e-9);
+    // Already on the cheapest type that fits: nothing to gain.
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "small", 2, LONG_AGO, json!({}))],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let d = run(&snap);
+    assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a").contains("cheaper"),
+        "{:?}",
+        d.kept
+    );
+}
+
+#[test]
+fn a_node_whose_pods_fit_elsewhere_is_deleted_without_a_replacement() {
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[
+            node("a", "big", 8, LONG_AGO, json!({})),
+            node("b", "big", 8, LONG_AGO, json!({})),
+        ],
+        &[
+            pod("p1", "a", "1", json!({})),
+            pod("p2", "b", "6", json!({})),
+        ],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Underutilized);
+    assert_eq!(c.candidates, ["claim-a"]);
+    assert!(c.replacement.is_none());
+}
+
+#[test]
+fn do_not_disrupt_and_recent_pod_events_keep_a_node() {
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "big", 8, LONG_AGO, json!({}))],
+        &[pod(
+            "p1",
+            "a",
+            "1",
+            json!({"karpenter.sh/do-not-disrupt": "true"}),
+        )],
+    );
+    let d = run(&snap);
+    assert!(d.command.is_none());
+    assert!(kept_reason(&d, "claim-a").contains("do-not-disrupt"));
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "10m"}), "720h"),
+        &[node("a", "big", 8, "2026-11-30T11:58:00Z", json!({}))],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let d = run(&snap);
+    assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a").contains("not consolidatable for another 480 s"),
+        "{:?}",
+        d.kept
+    );
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "Never"}), "720h"),
+        &[node("a", "small", 2, LONG_AGO, json!({}))],
+        &[],
+    );
+    assert!(kept_reason(&run(&snap), "claim-a").contains("Never"));
+}
+
+#[test]
+fn an_expired_node_goes_whatever_the_budget() {
+    let (n, mut claim) = node("a", "small", 2, LONG_AGO, json!({}));
+    claim["spec"]["expireAfter"] = json!("1h");
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0"}]}),
+            "1h",
+        ),
+        &[(n, claim)],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Expired);
+    assert_eq!(c.candidates, ["claim-a"]);
+}
