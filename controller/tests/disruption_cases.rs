@@ -22,7 +22,7 @@ fn itype(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
     req.add(labels::OS, Requirement::any_of(["linux"]));
     let capacity = Resources {
         pods: 110,
-        ..Resources::cpu_memory(cpu * 1000, cpu * 4 << 30)
+        ..Resources::cpu_memory(cpu * 1000, (cpu * 4) << 30)
     };
     Arc::new(InstanceType::new(
         name,
