@@ -138,8 +138,8 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
         .as_ref()
         .filter(|c| c.candidates.contains(&name))
     {
-        let how = if c.replacement.is_some() {
-            "replaced by a cheaper node"
+        let how = if !c.replacements.is_empty() {
+            "replaced (the new node launches first)"
         } else {
             "deleted, its pods fit elsewhere"
         };
@@ -154,13 +154,18 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
             reasons: vec![],
         });
     }
-    let message = match decision.kept.iter().find(|(c, _)| c == &name) {
-        Some((_, why)) => format!("kept: {why}"),
-        None if decision.command.is_some() => {
-            "another disruption goes first this round".to_string()
-        }
-        None => "not a candidate: not initialized yet, being deleted, or its NodePool is gone"
-            .to_string(),
+    let reasons: Vec<&str> = decision
+        .kept
+        .iter()
+        .filter(|(c, _)| c == &name)
+        .map(|(_, why)| why.as_str())
+        .collect();
+    let message = if !reasons.is_empty() {
+        format!("kept: {}", reasons.join("; "))
+    } else if decision.command.is_some() {
+        "another disruption goes first this round".to_string()
+    } else {
+        "not a candidate: not initialized yet, being deleted, or its NodePool is gone".to_string()
     };
     Ok(Explanation {
         pod: node.to_string(),

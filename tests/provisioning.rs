@@ -1690,3 +1690,88 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
         .delete(&ns, &DeleteParams::default())
         .await;
 }
+
+#[tokio::test]
+async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("dis-drift", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28270, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 1, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    all_running(&pods, "app=web", 1).await;
+    let old = world_claims(&admin, &s.cluster)
+        .await
+        .remove(0)
+        .metadata
+        .name
+        .expect("name");
+
+    // A tag added to the class through jointer's templates: every node made before is drifted.
+    let class = s.ws.read("nodes/class.yaml") + "  tags: { cost-center: blue }\n";
+    s.ws.write("nodes/class.yaml", &class);
+    s.apply();
+    let replaced = wait_for(
+        "the drifted node replaced",
+        Duration::from_secs(150),
+        || async {
+            let claims = world_claims(&admin, &s.cluster).await;
+            let list = pods
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .ok()?
+                .items;
+            let fresh = claims.len() == 1
+                && claims[0].metadata.name.as_ref() != Some(&old)
+                && condition(&claims[0], "Initialized");
+            (fresh && running(&list) == 1).then(|| claims[0].clone())
+        },
+    )
+    .await;
+    let id = replaced.data["status"]["providerID"]
+        .as_str()
+        .expect("providerID")
+        .rsplit('/')
+        .next()
+        .expect("id")
+        .to_string();
+    assert_eq!(
+        s.tags_of(&id).await.get("cost-center").map(String::as_str),
+        Some("blue")
+    );
+    assert!(
+        controller.metric("jointer_controller_disruption_commands_total{reason=\"Drifted\"}")
+            >= 1.0
+    );
+    assert!(
+        controller
+            .log_events("drifted")
+            .iter()
+            .any(|l| l["fields"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("changed"))),
+        "the drift reason is logged"
+    );
+
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}

@@ -111,11 +111,13 @@ fn run(snap: &Snapshot) -> jointer_controller::disruption::decide::Decision {
 }
 
 fn kept_reason(d: &jointer_controller::disruption::decide::Decision, claim: &str) -> String {
-    d.kept
+    let all: Vec<&str> = d
+        .kept
         .iter()
-        .find(|(c, _)| c == claim)
-        .map(|(_, w)| w.clone())
-        .unwrap_or_default()
+        .filter(|(c, _)| c == claim)
+        .map(|(_, w)| w.as_str())
+        .collect();
+    all.join("; ")
 }
 
 #[test]
@@ -159,7 +161,8 @@ fn an_underutilized_node_is_replaced_only_by_a_strictly_cheaper_one() {
     );
     let c = run(&snap).command.expect("a command");
     assert_eq!(c.method, Method::Underutilized);
-    let replacement = c.replacement.expect("a replacement");
+    assert_eq!(c.replacements.len(), 1);
+    let replacement = &c.replacements[0];
     assert_eq!(
         replacement
             .instance_types
@@ -200,7 +203,7 @@ fn a_node_whose_pods_fit_elsewhere_is_deleted_without_a_replacement() {
     let c = run(&snap).command.expect("a command");
     assert_eq!(c.method, Method::Underutilized);
     assert_eq!(c.candidates, ["claim-a"]);
-    assert!(c.replacement.is_none());
+    assert!(c.replacements.is_empty());
 }
 
 #[test]
@@ -253,4 +256,35 @@ fn an_expired_node_goes_whatever_the_budget() {
     let c = run(&snap).command.expect("a command");
     assert_eq!(c.method, Method::Expired);
     assert_eq!(c.candidates, ["claim-a"]);
+}
+
+#[test]
+fn a_node_made_from_an_older_template_drifts_and_is_replaced_within_its_budget() {
+    let (n, mut claim) = node("a", "small", 2, "2026-11-30T11:59:59Z", json!({}));
+    claim["metadata"]["annotations"] =
+        json!({"karpenter.sh/nodepool-hash": "from-an-older-template"});
+    // Not consolidatable yet (a pod event a second ago): drift does not wait for that.
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "10m"}), "720h"),
+        &[(n.clone(), claim.clone())],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Drifted);
+    assert_eq!(
+        c.replacements.len(),
+        1,
+        "its pod needs a new node, launched first"
+    );
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "10m", "budgets": [{"nodes": "0", "reasons": ["Drifted"]}]}),
+            "720h",
+        ),
+        &[(n, claim)],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let d = run(&snap);
+    assert!(d.command.is_none());
+    assert!(kept_reason(&d, "claim-a").contains("drifted (NodePool p's template changed), but NodePool p's disruption budget for Drifted"), "{:?}", d.kept);
 }

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::budget;
+use super::drift::drifted;
 use crate::api::duration::NillableDuration;
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
@@ -28,6 +29,7 @@ use crate::scheduling::{
 pub enum Method {
     Expired,
     Empty,
+    Drifted,
     Underutilized,
 }
 
@@ -36,6 +38,7 @@ impl Method {
         match self {
             Method::Expired => "Expired",
             Method::Empty => "Empty",
+            Method::Drifted => "Drifted",
             Method::Underutilized => "Underutilized",
         }
     }
@@ -46,9 +49,10 @@ pub struct Command {
     pub method: Method,
     /// NodeClaim names.
     pub candidates: Vec<String>,
-    /// The one node to launch first (replace), with only instance types cheaper than the
-    /// candidate at their worst-case price.
-    pub replacement: Option<NodeClaimPlan>,
+    /// The nodes to launch first: for a cheaper replacement exactly one, with only instance
+    /// types cheaper than the candidate at their worst-case price; for drift, whatever the
+    /// candidate's pods need that the rest of the cluster cannot give.
+    pub replacements: Vec<NodeClaimPlan>,
     /// USD/hour saved at the cheapest launch.
     pub saving: f64,
 }
@@ -58,7 +62,7 @@ impl Command {
     pub fn same_as(&self, other: &Command) -> bool {
         self.method == other.method
             && self.candidates == other.candidates
-            && self.replacement.is_some() == other.replacement.is_some()
+            && self.replacements.len() == other.replacements.len()
     }
 }
 
@@ -156,6 +160,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
     // Per pool: nodes, and nodes already on their way out (they use up the budget).
     let mut pool_nodes: HashMap<String, (usize, usize)> = HashMap::new();
     let mut candidates = Vec::new();
+    let mut drift: Vec<(Candidate, String)> = Vec::new();
     for claim in &snap.nodeclaims {
         let Some(pool_name) = claim.labels().get(labels::NODEPOOL).cloned() else {
             continue;
@@ -198,7 +203,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
                 decision.command = Some(Command {
                     method: Method::Expired,
                     candidates: vec![name.clone()],
-                    replacement: None,
+                    replacements: Vec::new(),
                     saving: 0.0,
                 });
             }
@@ -239,6 +244,23 @@ pub fn decide(inputs: &Inputs) -> Decision {
                 "initialized moments ago: its pods are still arriving".into(),
             ));
             continue;
+        }
+        // Drift does not wait for consolidateAfter.
+        let class = snap
+            .nodeclasses
+            .iter()
+            .find(|k| k.name_any() == claim.spec.node_class_ref.name)
+            .map(|k| k.as_ref());
+        if let Some(why) = drifted(claim, pool, class) {
+            drift.push((
+                Candidate {
+                    claim,
+                    node,
+                    pool,
+                    pods: pods.clone(),
+                },
+                why,
+            ));
         }
         let NillableDuration::After(after) = pool.spec.disruption.consolidate_after else {
             decision
@@ -302,10 +324,40 @@ pub fn decide(inputs: &Inputs) -> Decision {
         decision.command = Some(Command {
             method: Method::Empty,
             candidates: empty,
-            replacement: None,
+            replacements: Vec::new(),
             saving,
         });
         return decision;
+    }
+
+    // One drifted node: its pods go where the rest of the cluster has room, and new nodes
+    // are launched first for those that need one.
+    for (c, why) in &drift {
+        let name = c.claim.name_any();
+        if allowance(c.pool, DisruptionReason::Drifted) == 0 {
+            decision.kept.push((
+                name,
+                format!(
+                    "drifted ({why}), but NodePool {}'s disruption budget for Drifted allows no disruption now",
+                    c.pool.name_any()
+                ),
+            ));
+            continue;
+        }
+        match reschedule(inputs, c) {
+            Ok(plan) => {
+                decision.command = Some(Command {
+                    method: Method::Drifted,
+                    candidates: vec![name],
+                    replacements: plan.nodeclaims,
+                    saving: 0.0,
+                });
+                return decision;
+            }
+            Err(why_not) => decision
+                .kept
+                .push((name, format!("drifted ({why}), but {why_not}"))),
+        }
     }
 
     // One underutilized node: fewest pods first, then the dearest.
@@ -350,8 +402,8 @@ pub fn decide(inputs: &Inputs) -> Decision {
     decision
 }
 
-/// Reschedules the candidate's pods onto the rest of the cluster with the solver.
-fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, String> {
+/// Where the candidate's pods would go without it: the solver over the rest of the cluster.
+fn reschedule(inputs: &Inputs, c: &Candidate) -> Result<crate::scheduling::Plan, String> {
     let mut snap = inputs.snapshot.clone();
     // Seen as going, the candidate's node is left out and its pods are placed again.
     let mut node = c.node.clone();
@@ -395,11 +447,17 @@ fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, Strin
             u.message()
         ));
     }
+    Ok(plan)
+}
+
+/// Delete the candidate, or replace it with one strictly cheaper node.
+fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, String> {
+    let plan = reschedule(inputs, c)?;
     match plan.nodeclaims.as_slice() {
         [] => Ok(Command {
             method: Method::Underutilized,
             candidates: vec![c.claim.name_any()],
-            replacement: None,
+            replacements: Vec::new(),
             saving: price,
         }),
         [one] => {
@@ -448,7 +506,7 @@ fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, Strin
             Ok(Command {
                 method: Method::Underutilized,
                 candidates: vec![c.claim.name_any()],
-                replacement: Some(replacement),
+                replacements: vec![replacement],
                 saving: price - best,
             })
         }

@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod decide;
+pub mod drift;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -34,8 +35,10 @@ use crate::runtime::metrics::{Metrics, ReasonLabels};
 use crate::runtime::settings::Settings;
 use crate::runtime::stores::Stores;
 use decide::{decide, Command, Inputs};
+use drift::drifted;
 
 pub const CONSOLIDATABLE: &str = "Consolidatable";
+pub const DRIFTED: &str = "Drifted";
 /// How long a replacement may take to become initialized before the command is abandoned.
 const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -110,6 +113,7 @@ impl Disruptor {
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         let pods = self.stores.pods.state();
         let pools = self.stores.nodepools.state();
+        let classes = self.stores.nodeclasses.state();
         let now = Timestamp::now();
         for claim in self.stores.nodeclaims.state() {
             let Some(mut status) = claim.status.clone() else {
@@ -157,6 +161,31 @@ impl Disruptor {
                 }
                 _ => false,
             };
+            let pool = pools
+                .iter()
+                .find(|p| Some(&p.name_any()) == claim.labels().get(labels::NODEPOOL));
+            let class = classes
+                .iter()
+                .find(|c| c.name_any() == claim.spec.node_class_ref.name);
+            let drift = pool.and_then(|p| drifted(&claim, p, class.map(|c| c.as_ref())));
+            let was_drifted = is_true(&status.conditions, DRIFTED);
+            if drift.is_some() != was_drifted
+                || drift.as_deref().is_some_and(|why| {
+                    !status
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == DRIFTED && c.message == why)
+                })
+            {
+                match &drift {
+                    Some(why) => {
+                        tracing::info!(nodeclaim = %name, reason = %why, "drifted");
+                        set(&mut status.conditions, DRIFTED, true, "Drifted", why)
+                    }
+                    None => status.conditions.retain(|c| c.type_ != DRIFTED),
+                }
+                dirty = true;
+            }
             if is_true(&status.conditions, CONSOLIDATABLE) != consolidatable {
                 let reason = if consolidatable {
                     "Consolidatable"
@@ -252,7 +281,8 @@ impl Disruptor {
         for c in &claims {
             self.set_taint(c, true).await?;
         }
-        if let Some(plan) = &command.replacement {
+        let mut replacements = Vec::new();
+        for plan in &command.replacements {
             let pool = self
                 .stores
                 .nodepools
@@ -260,37 +290,53 @@ impl Disruptor {
                 .into_iter()
                 .find(|p| p.name_any() == plan.pool)
                 .ok_or_else(|| anyhow::anyhow!("NodePool {} is gone", plan.pool))?;
+            let class = self
+                .stores
+                .nodeclasses
+                .state()
+                .into_iter()
+                .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
             let made = api
-                .create(&PostParams::default(), &from_plan(plan, &pool))
+                .create(
+                    &PostParams::default(),
+                    &from_plan(plan, &pool, class.as_deref()),
+                )
                 .await?;
-            let replacement = made.name_any();
-            tracing::info!(method, nodeclaims = %command.candidates.join(","), replacement = %replacement, saving_per_hour = command.saving, "launching a replacement");
-            let started = Instant::now();
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let current = self
-                    .stores
-                    .nodeclaims
-                    .state()
-                    .into_iter()
-                    .find(|c| c.name_any() == replacement);
-                let ready = current
-                    .as_ref()
+            tracing::info!(method, nodeclaims = %command.candidates.join(","), replacement = %made.name_any(), saving_per_hour = command.saving, "launching a replacement");
+            replacements.push(made.name_any());
+        }
+        let started = Instant::now();
+        while !replacements.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let current = self.stores.nodeclaims.state();
+            let find = |name: &String| current.iter().find(|c| &c.name_any() == name);
+            let gone = replacements.iter().any(|r| find(r).is_none());
+            let ready = replacements.iter().all(|r| {
+                find(r)
                     .and_then(|c| c.status.as_ref())
-                    .is_some_and(|s| is_true(&s.conditions, INITIALIZED));
-                if ready {
-                    tracing::info!(replacement = %replacement, "replacement initialized");
-                    break;
+                    .is_some_and(|s| is_true(&s.conditions, INITIALIZED))
+            });
+            if ready {
+                tracing::info!(replacements = %replacements.join(","), "replacement initialized");
+                break;
+            }
+            if gone || started.elapsed() > REPLACEMENT_TIMEOUT {
+                // Give the candidates back and try again later.
+                let names = replacements.join(",");
+                for c in &claims {
+                    self.set_taint(c, false).await?;
+                    self.event(
+                        c,
+                        true,
+                        "DisruptionFailed",
+                        format!("the replacement {names} did not become ready; the node stays"),
+                    )
+                    .await;
                 }
-                if current.is_none() || started.elapsed() > REPLACEMENT_TIMEOUT {
-                    // Give the candidates back and try again later.
-                    for c in &claims {
-                        self.set_taint(c, false).await?;
-                        self.event(c, true, "DisruptionFailed", format!("the replacement {replacement} did not become ready; the node stays")).await;
-                    }
-                    let _ = api.delete(&replacement, &DeleteParams::background()).await;
-                    anyhow::bail!("replacement {replacement} did not become ready");
+                for r in &replacements {
+                    let _ = api.delete(r, &DeleteParams::background()).await;
                 }
+                anyhow::bail!("replacement {names} did not become ready");
             }
         }
         for c in &claims {
@@ -308,7 +354,7 @@ impl Disruptor {
                 reason: method.to_string(),
             })
             .inc();
-        tracing::info!(method, nodeclaims = %command.candidates.join(","), replaced = command.replacement.is_some(), saving_per_hour = command.saving, "disrupting");
+        tracing::info!(method, nodeclaims = %command.candidates.join(","), replacements = command.replacements.len(), saving_per_hour = command.saving, "disrupting");
         Ok(())
     }
 }

@@ -164,7 +164,11 @@ impl Provisioner {
             let Some(pool) = pools.get(&planned.pool) else {
                 continue;
             };
-            let claim = nodeclaim::from_plan(planned, pool);
+            let class = snap
+                .nodeclasses
+                .iter()
+                .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+            let claim = nodeclaim::from_plan(planned, pool, class.map(|c| c.as_ref()));
             let made = api.create(&PostParams::default(), &claim).await?;
             let name = made.name_any();
             created.push(name.clone());

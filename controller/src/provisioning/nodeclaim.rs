@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
+use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::labels;
 use crate::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
 use crate::api::{NodePool, Quantity};
+use crate::disruption::drift;
 use crate::scheduling::{NodeClaimPlan, Requirement, Resources};
 
 /// The API allows at most this many values per requirement.
@@ -46,7 +48,7 @@ pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
 }
 
 /// The NodeClaim for `plan`, owned by its NodePool (deleting the pool deletes its claims).
-pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool) -> NodeClaim {
+pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool, class: Option<&EC2NodeClass>) -> NodeClaim {
     let template = &pool.spec.template;
     let mut requirements = plan.requirements.clone();
     // The instance types that fit every pod, cheapest first, as far as the API allows.
@@ -72,6 +74,12 @@ pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool) -> NodeClaim {
     }
     let mut node_labels = template.metadata.labels.clone();
     node_labels.insert(labels::NODEPOOL.into(), pool.name_any());
+    // What the node was made from, to tell later whether it drifted.
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(drift::NODEPOOL_HASH.into(), drift::pool_hash(pool));
+    if let Some(class) = class {
+        annotations.insert(drift::NODECLASS_HASH.into(), drift::class_hash(class));
+    }
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).to_string(),
         kind: NodePool::kind(&()).to_string(),
@@ -84,8 +92,7 @@ pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool) -> NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", pool.name_any())),
             labels: Some(node_labels),
-            annotations: (!template.metadata.annotations.is_empty())
-                .then(|| template.metadata.annotations.clone()),
+            annotations: Some(annotations),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },

@@ -1,0 +1,128 @@
+//! Drift (pure): a node no longer matches what its NodePool or EC2NodeClass now asks for.
+//! NodeClaims carry hashes of the pool's template and the class's spec from when they were
+//! made (annotations, as upstream); a different hash now, or an AMI the class no longer selects,
+//! makes the node `Drifted`, and it is replaced within the pool's `Drifted` budgets.
+
+use kube::ResourceExt;
+use serde_json::Value;
+
+use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::api::nodeclaim::NodeClaim;
+use crate::api::NodePool;
+
+pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+
+fn fnv(v: &Value) -> String {
+    let text = serde_json::to_string(v).unwrap_or_default();
+    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{h:016x}")
+}
+
+/// The pool's template, without its requirements (a node that still satisfies changed
+/// requirements need not go) and without the fields that only govern disruption.
+pub fn pool_hash(pool: &NodePool) -> String {
+    let mut t = serde_json::to_value(&pool.spec.template).unwrap_or_default();
+    if let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("requirements");
+        spec.remove("expireAfter");
+        spec.remove("terminationGracePeriod");
+    }
+    fnv(&t)
+}
+
+/// The class's spec without its selector terms: what they select is checked on its own (the
+/// AMI), so re-resolving the same subnets or images is not drift.
+pub fn class_hash(class: &EC2NodeClass) -> String {
+    let mut s = serde_json::to_value(&class.spec).unwrap_or_default();
+    if let Some(spec) = s.as_object_mut() {
+        spec.retain(|k, _| !k.ends_with("SelectorTerms"));
+    }
+    fnv(&s)
+}
+
+/// Why the node of `claim` has drifted, if it has.
+pub fn drifted(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>) -> Option<String> {
+    let annotations = claim.annotations();
+    if annotations
+        .get(NODEPOOL_HASH)
+        .is_some_and(|h| *h != pool_hash(pool))
+    {
+        return Some(format!("NodePool {}'s template changed", pool.name_any()));
+    }
+    let class = class?;
+    if annotations
+        .get(NODECLASS_HASH)
+        .is_some_and(|h| *h != class_hash(class))
+    {
+        return Some(format!("EC2NodeClass {} changed", class.name_any()));
+    }
+    let image = claim.status.as_ref().and_then(|s| s.image_id.as_ref())?;
+    let amis = class
+        .status
+        .as_ref()
+        .map(|s| s.amis.as_slice())
+        .unwrap_or_default();
+    (!amis.is_empty() && !amis.iter().any(|a| &a.id == image)).then(|| {
+        format!(
+            "its AMI {image} is no longer selected by EC2NodeClass {}",
+            class.name_any()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(labels: Value, requirements: Value) -> NodePool {
+        serde_json::from_value(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"metadata": {"labels": labels}, "spec": {"requirements": requirements,
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"}}}}}))
+        .unwrap()
+    }
+
+    fn class(tags: Value, amis: Value) -> EC2NodeClass {
+        serde_json::from_value(json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "c"},
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "subnetSelectorTerms": [{"id": "subnet-1"}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}], "role": "r", "tags": tags},
+            "status": {"amis": amis}}))
+        .unwrap()
+    }
+
+    fn claim(pool: &NodePool, class: &EC2NodeClass, image: &str) -> NodeClaim {
+        serde_json::from_value(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "n", "annotations": {NODEPOOL_HASH: pool_hash(pool), NODECLASS_HASH: class_hash(class)}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"}},
+            "status": {"imageID": image}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn template_and_class_changes_drift_requirement_and_selector_changes_do_not() {
+        let p = pool(json!({"team": "a"}), json!([]));
+        let c = class(json!({}), json!([{"id": "ami-1"}]));
+        let n = claim(&p, &c, "ami-1");
+        assert_eq!(drifted(&n, &p, Some(&c)), None);
+        let wider = pool(
+            json!({"team": "a"}),
+            json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]),
+        );
+        assert_eq!(drifted(&n, &wider, Some(&c)), None);
+        let relabeled = pool(json!({"team": "b"}), json!([]));
+        assert!(drifted(&n, &relabeled, Some(&c))
+            .unwrap()
+            .contains("template changed"));
+        let tagged = class(json!({"cost-center": "x"}), json!([{"id": "ami-1"}]));
+        assert!(drifted(&n, &p, Some(&tagged))
+            .unwrap()
+            .contains("EC2NodeClass c changed"));
+        let new_ami = class(json!({}), json!([{"id": "ami-2"}]));
+        assert!(drifted(&n, &p, Some(&new_ami))
+            .unwrap()
+            .contains("ami-1 is no longer selected"));
+    }
+}
