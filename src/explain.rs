@@ -17,6 +17,7 @@ use jointer_controller::runtime::metrics::Metrics;
 use jointer_controller::scheduling::{solve, PodKey, SchedPod};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use serde::Serialize;
@@ -90,6 +91,7 @@ async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
         nodepools: all::<NodePool>(&ctx.kube).await?,
         nodeclasses: all::<EC2NodeClass>(&ctx.kube).await?,
         daemonsets: all_namespaced::<DaemonSet>(&ctx.kube).await?,
+        pdbs: all_namespaced::<PodDisruptionBudget>(&ctx.kube).await?,
     };
     let config = jointer_controller::clients::aws_config(Some(&ctx.cluster.region)).await;
     let cluster = describe_cluster(&ctx.aws.eks, &ctx.cluster.name, None).await?;

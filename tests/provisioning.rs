@@ -1775,3 +1775,154 @@ async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
         .delete(&ns, &DeleteParams::default())
         .await;
 }
+
+#[tokio::test]
+async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lifted() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let _turn = TURN.lock().await;
+    let s = Setup::new("dis-keep", "templates: { dir: nodes }").await;
+    write_templates(&s, "  disruption: { consolidateAfter: 2s }\n");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28280, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), &ns);
+    // A 3-CPU and a half-CPU pod share a node; the small one says do-not-disrupt.
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("big", &s.cluster, 1, "3", json!({})),
+        )
+        .await
+        .expect("big");
+    let mut small = deployment("small", &s.cluster, 1, "500m", json!({}));
+    small
+        .spec
+        .template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .annotations = Some(
+        [(
+            "karpenter.sh/do-not-disrupt".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    deployments
+        .create(&PostParams::default(), &small)
+        .await
+        .expect("small");
+    all_running(&pods, "app=small", 1).await;
+    all_running(&pods, "app=big", 1).await;
+    let node_of_small = || async {
+        pods.list(&ListParams::default().labels("app=small"))
+            .await
+            .expect("pods")
+            .items[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("bound")
+    };
+    let node = node_of_small().await;
+    deployments
+        .delete("big", &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert_eq!(node_of_small().await, node, "do-not-disrupt keeps the node");
+    let explained = s.jointer(&["explain", "node", &node]);
+    assert!(
+        explained.stdout.contains("do-not-disrupt"),
+        "{}",
+        explained.stdout
+    );
+
+    // Without the annotation but with a PodDisruptionBudget that allows no eviction: kept.
+    pdbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "small"}, "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "small"}}}})).expect("pdb"),
+    )
+    .await
+    .expect("pdb");
+    let pod_name = pods
+        .list(&ListParams::default().labels("app=small"))
+        .await
+        .expect("pods")
+        .items[0]
+        .metadata
+        .name
+        .clone()
+        .expect("name");
+    pods.patch(
+        &pod_name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": null}}}),
+        ),
+    )
+    .await
+    .expect("unannotate");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        node_of_small().await,
+        node,
+        "the PodDisruptionBudget keeps the node"
+    );
+    let explained = s.jointer(&["explain", "node", &node]);
+    assert!(
+        explained.stdout.contains("PodDisruptionBudget"),
+        "{}",
+        explained.stdout
+    );
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let taints = nodes
+        .get(&node)
+        .await
+        .expect("node")
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default();
+    assert!(
+        !taints.iter().any(|t| t.key == "karpenter.sh/disrupted"),
+        "a blocked node is never tainted: {taints:?}"
+    );
+
+    // Lifted: the node is replaced by a cheaper one.
+    pdbs.delete("small", &DeleteParams::default())
+        .await
+        .expect("delete pdb");
+    wait_for(
+        "the node replaced once nothing protects it",
+        Duration::from_secs(120),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=small"))
+                .await
+                .ok()?
+                .items;
+            let moved = list.iter().any(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| *n != node)
+            });
+            (moved && running(&list) == 1).then_some(())
+        },
+    )
+    .await;
+
+    deployments
+        .delete("small", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}

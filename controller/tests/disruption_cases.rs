@@ -97,6 +97,7 @@ fn snapshot(pool: Value, nodes: &[(Value, Value)], pods: &[Value]) -> Snapshot {
         nodepools: vec![from(pool)],
         nodeclasses: vec![from(class())],
         daemonsets: vec![],
+        pdbs: vec![],
     }
 }
 

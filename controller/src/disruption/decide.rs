@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -21,6 +22,7 @@ use crate::api::NodePool;
 use crate::lifecycle::conditions::{is_true, INITIALIZED};
 use crate::lifecycle::drain::{must_evict, DISRUPTED_TAINT};
 use crate::provisioning::snapshot::{build, node_is_going, Snapshot};
+use crate::scheduling::pod::Selector;
 use crate::scheduling::{
     solve, CapacityType, InstanceType, NodeClaimPlan, PodKey, Requirement, Requirements,
 };
@@ -128,6 +130,37 @@ fn worst_price(t: &InstanceType, req: &Requirements) -> Option<f64> {
         .max_by(f64::total_cmp)
 }
 
+/// A PodDisruptionBudget that allows no eviction of one of the pods now (decided before any
+/// taint, so a blocked node is never left half-disrupted).
+fn blocked_by_pdb(pods: &[&Pod], pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
+    for pdb in pdbs {
+        let allowed = pdb
+            .status
+            .as_ref()
+            .and_then(|s| s.disruptions_allowed)
+            .unwrap_or(0);
+        if allowed > 0 {
+            continue;
+        }
+        let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+            continue;
+        };
+        let selector = Selector::from_k8s(selector);
+        if let Some(p) = pods
+            .iter()
+            .find(|p| p.namespace() == pdb.namespace() && selector.matches(&p.labels().clone()))
+        {
+            return Some(format!(
+                "PodDisruptionBudget {}/{} allows no eviction of pod {} now",
+                pdb.namespace().unwrap_or_default(),
+                pdb.name_any(),
+                p.name_any()
+            ));
+        }
+    }
+    None
+}
+
 struct Candidate<'a> {
     claim: &'a NodeClaim,
     node: &'a Node,
@@ -231,6 +264,10 @@ pub fn decide(inputs: &Inputs) -> Decision {
                     p.name_any()
                 ),
             ));
+            continue;
+        }
+        if let Some(why) = blocked_by_pdb(&pods, &snap.pdbs) {
+            decision.kept.push((name, why));
             continue;
         }
         let initialized_at = conditions

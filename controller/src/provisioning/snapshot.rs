@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
 use crate::api::ec2nodeclass::EC2NodeClass;
@@ -29,6 +30,7 @@ pub struct Snapshot {
     pub nodepools: Vec<Arc<NodePool>>,
     pub nodeclasses: Vec<Arc<EC2NodeClass>>,
     pub daemonsets: Vec<Arc<DaemonSet>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
 }
 
 /// A NodePool left out of this decision, and why (so pending pods can be told).

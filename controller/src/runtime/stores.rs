@@ -6,6 +6,7 @@ use std::future::Future;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -23,6 +24,7 @@ pub struct Stores {
     pub nodepools: Store<NodePool>,
     pub nodeclasses: Store<EC2NodeClass>,
     pub daemonsets: Store<DaemonSet>,
+    pub pdbs: Store<PodDisruptionBudget>,
 }
 
 fn cache<K>(api: Api<K>) -> (Store<K>, impl Future<Output = ()>)
@@ -46,8 +48,9 @@ impl Stores {
         let (nodepools, d) = cache(Api::<NodePool>::all(client.clone()));
         let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()));
         let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()));
+        let (pdbs, g) = cache(Api::<PodDisruptionBudget>::all(client.clone()));
         let run = async move {
-            tokio::join!(a, b, c, d, e, f);
+            tokio::join!(a, b, c, d, e, f, g);
         };
         (
             Stores {
@@ -57,6 +60,7 @@ impl Stores {
                 nodepools,
                 nodeclasses,
                 daemonsets,
+                pdbs,
             },
             run,
         )
@@ -71,6 +75,7 @@ impl Stores {
             self.nodepools.wait_until_ready(),
             self.nodeclasses.wait_until_ready(),
             self.daemonsets.wait_until_ready(),
+            self.pdbs.wait_until_ready(),
         );
     }
 
@@ -82,6 +87,7 @@ impl Stores {
             nodepools: self.nodepools.state(),
             nodeclasses: self.nodeclasses.state(),
             daemonsets: self.daemonsets.state(),
+            pdbs: self.pdbs.state(),
         }
     }
 }
