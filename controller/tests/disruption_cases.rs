@@ -41,7 +41,11 @@ fn itype(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
 fn types() -> HashMap<String, Vec<Arc<InstanceType>>> {
     HashMap::from([(
         "c".to_string(),
-        vec![itype("small", 2, 0.1), itype("big", 8, 0.4)],
+        vec![
+            itype("small", 2, 0.1),
+            itype("mid", 4, 0.2),
+            itype("big", 8, 0.4),
+        ],
     )])
 }
 
@@ -170,7 +174,8 @@ fn an_underutilized_node_is_replaced_only_by_a_strictly_cheaper_one() {
             .iter()
             .map(|t| t.name.as_str())
             .collect::<Vec<_>>(),
-        ["small"]
+        ["small", "mid"],
+        "only types cheaper than the node it replaces, even at their dearest"
     );
     assert!((c.saving - 0.3).abs() < 1e-9);
     // Already on the cheapest type that fits: nothing to gain.
@@ -198,13 +203,64 @@ fn a_node_whose_pods_fit_elsewhere_is_deleted_without_a_replacement() {
         ],
         &[
             pod("p1", "a", "1", json!({})),
-            pod("p2", "b", "6", json!({})),
+            // b stays (so only a is a candidate) and has room for a's pod.
+            pod(
+                "p2",
+                "b",
+                "6",
+                json!({"karpenter.sh/do-not-disrupt": "true"}),
+            ),
         ],
     );
     let c = run(&snap).command.expect("a command");
     assert_eq!(c.method, Method::Underutilized);
     assert_eq!(c.candidates, ["claim-a"]);
     assert!(c.replacements.is_empty());
+}
+
+#[test]
+fn several_nodes_are_consolidated_at_once_when_no_single_one_can_go() {
+    // Three 4-CPU nodes with a 2.5-CPU pod each: no pod fits another node, and no single
+    // node has a cheaper replacement; all three fit one 8-CPU node at $0.4 < 3 × $0.2. (The
+    // default budget, 10% rounded up, would allow one node at a time.)
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
+            "720h",
+        ),
+        &[
+            node("a", "mid", 4, LONG_AGO, json!({})),
+            node("b", "mid", 4, LONG_AGO, json!({})),
+            node("c", "mid", 4, LONG_AGO, json!({})),
+        ],
+        &[
+            pod("p1", "a", "2500m", json!({})),
+            pod("p2", "b", "2500m", json!({})),
+            pod("p3", "c", "2500m", json!({})),
+        ],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Underutilized);
+    assert_eq!(c.candidates, ["claim-a", "claim-b", "claim-c"]);
+    assert_eq!(c.replacements.len(), 1);
+    assert!((c.saving - 0.2).abs() < 1e-9, "{}", c.saving);
+    // With a budget of one node at a time, only single-node consolidation is left, and it
+    // finds nothing.
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "1"}]}),
+            "720h",
+        ),
+        &[
+            node("a", "mid", 4, LONG_AGO, json!({})),
+            node("b", "mid", 4, LONG_AGO, json!({})),
+        ],
+        &[
+            pod("p1", "a", "2500m", json!({})),
+            pod("p2", "b", "2500m", json!({})),
+        ],
+    );
+    assert!(run(&snap).command.is_none());
 }
 
 #[test]

@@ -46,6 +46,10 @@ impl Method {
     }
 }
 
+/// Multi-node consolidation looks at no more candidates than this, for no longer than that.
+const MULTI_NODE_MAX: usize = 100;
+const MULTI_NODE_TIME: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Clone)]
 pub struct Command {
     pub method: Method,
@@ -381,7 +385,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
             ));
             continue;
         }
-        match reschedule(inputs, c) {
+        match reschedule(inputs, &[c]) {
             Ok(plan) => {
                 decision.command = Some(Command {
                     method: Method::Drifted,
@@ -412,69 +416,100 @@ pub fn decide(inputs: &Inputs) -> Decision {
             pb.total_cmp(&pa)
         })
     });
+    // Within each pool's Underutilized budget, in order.
+    let mut used: HashMap<String, usize> = HashMap::new();
+    let mut allowed: Vec<&Candidate> = Vec::new();
     for c in under {
-        let name = c.claim.name_any();
-        if allowance(c.pool, DisruptionReason::Underutilized) == 0 {
+        let pool = c.pool.name_any();
+        let n = used.entry(pool.clone()).or_default();
+        if *n < allowance(c.pool, DisruptionReason::Underutilized) {
+            *n += 1;
+            allowed.push(c);
+        } else {
             decision.kept.push((
-                name,
-                format!(
-                    "NodePool {}'s disruption budget for Underutilized allows no disruption now",
-                    c.pool.name_any()
-                ),
+                c.claim.name_any(),
+                format!("NodePool {pool}'s disruption budget for Underutilized allows no (more) disruption now"),
             ));
-            continue;
         }
-        let Some(price) = claim_price(c.claim, inputs.types_of_class) else {
-            decision.kept.push((name, "its price is unknown".into()));
-            continue;
-        };
-        match simulate(inputs, c, price) {
+    }
+    // Several nodes at once: the longest prefix (at most 100, binary search) whose pods fit
+    // the rest of the cluster plus at most one cheaper node.
+    let started = std::time::Instant::now();
+    let (mut lo, mut hi) = (2, allowed.len().min(MULTI_NODE_MAX));
+    // Savings need not grow with the prefix (two nodes may gain nothing where three do): the
+    // whole prefix is tried first, then the search runs below it.
+    let mut best: Option<Command> = None;
+    if hi >= lo {
+        match simulate(inputs, &allowed[..hi]) {
             Ok(command) => {
                 decision.command = Some(command);
                 return decision;
             }
-            Err(why) => decision.kept.push((name, why)),
+            Err(_) => hi -= 1,
+        }
+    }
+    while lo <= hi && started.elapsed() < MULTI_NODE_TIME {
+        let mid = (lo + hi) / 2;
+        match simulate(inputs, &allowed[..mid]) {
+            Ok(command) => {
+                best = Some(command);
+                lo = mid + 1;
+            }
+            Err(_) => hi = mid - 1,
+        }
+    }
+    if let Some(command) = best {
+        decision.command = Some(command);
+        return decision;
+    }
+    // One node: the first that can go.
+    for c in allowed {
+        match simulate(inputs, &[c]) {
+            Ok(command) => {
+                decision.command = Some(command);
+                return decision;
+            }
+            Err(why) => decision.kept.push((c.claim.name_any(), why)),
         }
     }
     decision
 }
 
-/// Where the candidate's pods would go without it: the solver over the rest of the cluster.
-fn reschedule(inputs: &Inputs, c: &Candidate) -> Result<crate::scheduling::Plan, String> {
+/// Where the candidates' pods would go without them: the solver over the rest of the cluster.
+fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<crate::scheduling::Plan, String> {
     let mut snap = inputs.snapshot.clone();
-    // Seen as going, the candidate's node is left out and its pods are placed again.
-    let mut node = c.node.clone();
-    node.spec
-        .get_or_insert_with(Default::default)
-        .taints
-        .get_or_insert_with(Vec::new)
-        .push(k8s_openapi::api::core::v1::Taint {
-            key: DISRUPTED_TAINT.into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        });
-    let node_name = node.name_any();
+    // Seen as going, the candidates' nodes are left out and their pods are placed again.
+    let going: Vec<String> = cands.iter().map(|c| c.node.name_any()).collect();
     snap.nodes = snap
         .nodes
         .iter()
         .map(|n| {
-            if n.name_any() == node_name {
-                Arc::new(node.clone())
-            } else {
-                n.clone()
+            if !going.contains(&n.name_any()) {
+                return n.clone();
             }
+            let mut node = n.as_ref().clone();
+            node.spec
+                .get_or_insert_with(Default::default)
+                .taints
+                .get_or_insert_with(Vec::new)
+                .push(k8s_openapi::api::core::v1::Taint {
+                    key: DISRUPTED_TAINT.into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                });
+            Arc::new(node)
         })
         .collect();
     let mut built = build(&snap, inputs.types_of_class);
-    let mine: Vec<PodKey> = c
-        .pods
+    let theirs: Vec<PodKey> = cands
         .iter()
+        .flat_map(|c| &c.pods)
         .map(|p| PodKey {
             namespace: p.namespace().unwrap_or_default(),
             name: p.name_any(),
         })
         .collect();
-    built.problem.pods.retain(|p| mine.contains(&p.key));
+    built.problem.pods.retain(|p| theirs.contains(&p.key));
     let plan = solve(&built.problem);
     if let Some(u) = plan.unschedulable.first() {
         return Err(format!(
@@ -487,23 +522,29 @@ fn reschedule(inputs: &Inputs, c: &Candidate) -> Result<crate::scheduling::Plan,
     Ok(plan)
 }
 
-/// Delete the candidate, or replace it with one strictly cheaper node.
-fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, String> {
-    let plan = reschedule(inputs, c)?;
+/// Delete the candidates, or replace them with one node strictly cheaper than their sum.
+fn simulate(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
+    let price: f64 = cands
+        .iter()
+        .map(|c| claim_price(c.claim, inputs.types_of_class).ok_or("its price is unknown"))
+        .sum::<Result<f64, _>>()?;
+    let plan = reschedule(inputs, cands)?;
+    let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();
     match plan.nodeclaims.as_slice() {
         [] => Ok(Command {
             method: Method::Underutilized,
-            candidates: vec![c.claim.name_any()],
+            candidates: names,
             replacements: Vec::new(),
             saving: price,
         }),
         [one] => {
-            let spot = c
-                .claim
-                .labels()
-                .get(labels::CAPACITY_TYPE)
-                .map(String::as_str)
-                == Some(labels::CAPACITY_SPOT);
+            let spot = cands.iter().any(|c| {
+                c.claim
+                    .labels()
+                    .get(labels::CAPACITY_TYPE)
+                    .map(String::as_str)
+                    == Some(labels::CAPACITY_SPOT)
+            });
             if spot {
                 return Err("its pods need a new node, and a spot node is not replaced by another spot node".into());
             }
@@ -512,13 +553,12 @@ fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, Strin
             let allows_spot = requirements
                 .get(labels::CAPACITY_TYPE)
                 .is_none_or(|r| r.has(labels::CAPACITY_SPOT));
-            if allows_spot
-                && one.instance_types.iter().any(|t| {
-                    t.offerings
-                        .iter()
-                        .any(|o| o.capacity_type == CapacityType::Spot && o.available)
-                })
-            {
+            let spot_offered = one.instance_types.iter().any(|t| {
+                t.offerings
+                    .iter()
+                    .any(|o| o.capacity_type == CapacityType::Spot && o.available)
+            });
+            if allows_spot && spot_offered {
                 requirements.add(
                     labels::CAPACITY_TYPE,
                     Requirement::any_of([labels::CAPACITY_SPOT]),
@@ -535,14 +575,14 @@ fn simulate(inputs: &Inputs, c: &Candidate, price: f64) -> Result<Command, Strin
                 .filter_map(|t| t.cheapest(&requirements).map(|o| o.price))
                 .min_by(f64::total_cmp)
             else {
-                return Err(format!("no replacement is cheaper than its ${price:.4}/h"));
+                return Err(format!("no replacement is cheaper than ${price:.4}/h"));
             };
             let mut replacement = one.clone();
             replacement.requirements = requirements;
             replacement.instance_types = cheaper;
             Ok(Command {
                 method: Method::Underutilized,
-                candidates: vec![c.claim.name_any()],
+                candidates: names,
                 replacements: vec![replacement],
                 saving: price - best,
             })
