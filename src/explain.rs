@@ -44,30 +44,10 @@ pub struct PoolReason {
     pub reason: String,
 }
 
+/// Every object of a kind, in all namespaces.
 async fn all<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    let api: Api<K> = Api::all(client.clone());
-    Ok(api
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("listing {}", K::plural(&())))?
-        .items
-        .into_iter()
-        .map(Arc::new)
-        .collect())
-}
-
-async fn all_namespaced<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
     let api: Api<K> = Api::all(client.clone());
     Ok(api
@@ -85,13 +65,13 @@ type TypesOfClass = HashMap<String, Vec<Arc<jointer_controller::scheduling::Inst
 /// The objects the controller decides from, and the instance types of each Ready class.
 async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
     let snap = Snapshot {
-        pods: all_namespaced::<Pod>(&ctx.kube).await?,
+        pods: all::<Pod>(&ctx.kube).await?,
         nodes: all::<Node>(&ctx.kube).await?,
         nodeclaims: all::<NodeClaim>(&ctx.kube).await?,
         nodepools: all::<NodePool>(&ctx.kube).await?,
         nodeclasses: all::<EC2NodeClass>(&ctx.kube).await?,
-        daemonsets: all_namespaced::<DaemonSet>(&ctx.kube).await?,
-        pdbs: all_namespaced::<PodDisruptionBudget>(&ctx.kube).await?,
+        daemonsets: all::<DaemonSet>(&ctx.kube).await?,
+        pdbs: all::<PodDisruptionBudget>(&ctx.kube).await?,
     };
     let config = jointer_controller::clients::aws_config(Some(&ctx.cluster.region)).await;
     let cluster = describe_cluster(&ctx.aws.eks, &ctx.cluster.name, None).await?;

@@ -15,12 +15,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::Recorder;
+use kube::ResourceExt;
 use serde_json::json;
 
 use crate::api::duration::NillableDuration;
@@ -221,21 +221,8 @@ impl Disruptor {
     }
 
     async fn event(&self, claim: &NodeClaim, warning: bool, reason: &str, note: String) {
-        let reference: ObjectReference = claim.object_ref(&());
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Disrupt".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, "publishing a disruption Event failed");
-        }
+        crate::runtime::events::publish(&self.recorder, claim, warning, reason, "Disrupt", &note)
+            .await;
     }
 
     async fn set_taint(&self, claim: &NodeClaim, on: bool) -> Result<(), kube::Error> {

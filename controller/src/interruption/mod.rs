@@ -11,10 +11,9 @@ pub mod message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::Recorder;
+use kube::ResourceExt;
 
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
@@ -167,7 +166,6 @@ impl Handler {
     }
 
     async fn event(&self, claim: &NodeClaim, kind: &Kind, note: &str) {
-        let reference: ObjectReference = claim.object_ref(&());
         let reason = match kind {
             Kind::SpotInterruption => "SpotInterrupted",
             Kind::CapacityReservationInterruption => "CapacityReservationInterrupted",
@@ -175,15 +173,7 @@ impl Handler {
             Kind::Rebalance => "RebalanceRecommendation",
             Kind::StateChange(_) => "InstanceStopping",
         };
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(note.to_string()),
-            action: "Interrupt".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, "publishing an interruption Event failed");
-        }
+        crate::runtime::events::publish(&self.recorder, claim, true, reason, "Interrupt", note)
+            .await;
     }
 }

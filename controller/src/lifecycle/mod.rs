@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -73,21 +73,7 @@ fn pool_of(claim: &NodeClaim) -> String {
 }
 
 async fn event(ctx: &Ctx, claim: &NodeClaim, warning: bool, reason: &str, note: String) {
-    let reference: ObjectReference = claim.object_ref(&());
-    let ev = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-        tracing::warn!(error = %e, "publishing a NodeClaim Event failed");
-    }
+    crate::runtime::events::publish(&ctx.recorder, claim, warning, reason, reason, &note).await;
 }
 
 async fn patch_status(

@@ -9,10 +9,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -263,25 +263,15 @@ impl Provisioner {
     }
 
     async fn pod_event(&self, pod: &Pod, message: &str) {
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-            uid: pod.metadata.uid.clone(),
-            ..Default::default()
-        };
-        let note: String = message.chars().take(1000).collect();
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "FailedProvisioning".into(),
-            note: Some(note),
-            action: "Provision".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, "publishing a pod Event failed");
-        }
+        crate::runtime::events::publish(
+            &self.recorder,
+            pod,
+            true,
+            "FailedProvisioning",
+            "Provision",
+            message,
+        )
+        .await;
     }
 }
 

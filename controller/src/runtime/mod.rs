@@ -1,6 +1,7 @@
 //! The controller process: settings, JSON logs, the metrics and health servers, leader
 //! election, and the controllers, which run only on the elected leader.
 
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod server;

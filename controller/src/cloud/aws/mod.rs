@@ -126,6 +126,21 @@ pub async fn describe_cluster(
     })
 }
 
+/// The zone of a fleet result's override: named, or its subnet's.
+fn zone_of(
+    o: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>,
+    zone_of_subnet: &BTreeMap<&str, &str>,
+) -> String {
+    o.and_then(|o| {
+        o.availability_zone().map(str::to_string).or_else(|| {
+            o.subnet_id()
+                .and_then(|s| zone_of_subnet.get(s))
+                .map(|z| z.to_string())
+        })
+    })
+    .unwrap_or_default()
+}
+
 /// The well-known labels of a node of `t` bought through `launched` (for the NodeClaim and,
 /// at registration, the Node).
 pub fn node_labels(t: &InstanceType, launched: &Launched) -> BTreeMap<String, String> {
@@ -473,15 +488,7 @@ impl AwsCloud {
                 .and_then(|o| o.instance_type())
                 .map(|t| t.as_str().to_string())
                 .unwrap_or_default();
-            let zone = o
-                .and_then(|o| {
-                    o.availability_zone().map(str::to_string).or_else(|| {
-                        o.subnet_id()
-                            .and_then(|s| zone_of_subnet.get(s))
-                            .map(|z| z.to_string())
-                    })
-                })
-                .unwrap_or_default();
+            let zone = zone_of(o, &zone_of_subnet);
             let code = err.error_code().unwrap_or("Unknown").to_string();
             if unavailable::is_capacity_error(&code) {
                 self.unavailable
@@ -522,15 +529,7 @@ impl AwsCloud {
                     .map(|t| t.as_str().to_string())
             })
             .unwrap_or_default();
-        let zone = o
-            .and_then(|o| {
-                o.availability_zone().map(str::to_string).or_else(|| {
-                    o.subnet_id()
-                        .and_then(|s| zone_of_subnet.get(s))
-                        .map(|z| z.to_string())
-                })
-            })
-            .unwrap_or_default();
+        let zone = zone_of(o, &zone_of_subnet);
         let template = instance
             .launch_template_and_overrides()
             .and_then(|l| l.launch_template_specification())
