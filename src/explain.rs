@@ -114,6 +114,7 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
         types_of_class: &types_of_class,
         now: k8s_openapi::jiff::Timestamp::now(),
         settle: std::time::Duration::from_secs(30),
+        spot_to_spot: false,
     });
     if let Some(c) = decision
         .command

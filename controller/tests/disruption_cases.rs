@@ -112,6 +112,7 @@ fn run(snap: &Snapshot) -> jointer_controller::disruption::decide::Decision {
         types_of_class: &types,
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
+        spot_to_spot: false,
     })
 }
 
@@ -344,4 +345,58 @@ fn a_node_made_from_an_older_template_drifts_and_is_replaced_within_its_budget()
     let d = run(&snap);
     assert!(d.command.is_none());
     assert!(kept_reason(&d, "claim-a").contains("drifted (NodePool p's template changed), but NodePool p's disruption budget for Drifted"), "{:?}", d.kept);
+}
+
+#[test]
+fn a_spot_node_is_replaced_by_spot_only_when_allowed_and_with_enough_cheaper_types() {
+    let spot_type = |name: &str, cpu: i64, price: f64| {
+        let mut req = Requirements::new();
+        req.add(labels::ARCH, Requirement::any_of(["amd64"]));
+        req.add(labels::OS, Requirement::any_of(["linux"]));
+        Arc::new(InstanceType::new(
+            name,
+            req,
+            Resources {
+                pods: 110,
+                ..Resources::cpu_memory(cpu * 1000, (cpu * 4) << 30)
+            },
+            Resources::ZERO,
+            vec![Offering {
+                zone: "z1".into(),
+                capacity_type: CapacityType::Spot,
+                price,
+                available: true,
+            }],
+        ))
+    };
+    let mut spot_pool = pool(json!({"consolidateAfter": "30s"}), "720h");
+    spot_pool["spec"]["template"]["spec"]["requirements"] =
+        json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]);
+    let (n, mut claim) = node("a", "spotbig", 8, LONG_AGO, json!({}));
+    claim["metadata"]["labels"]["karpenter.sh/capacity-type"] = json!("spot");
+    let snap = snapshot(spot_pool, &[(n, claim)], &[pod("p1", "a", "1", json!({}))]);
+    let decide_with = |count: usize, spot_to_spot: bool| {
+        let mut list = vec![spot_type("spotbig", 8, 0.2)];
+        list.extend((0..count).map(|i| spot_type(&format!("s{i}"), 2, 0.01 + i as f64 * 0.001)));
+        let types = HashMap::from([("c".to_string(), list)]);
+        decide(&Inputs {
+            snapshot: &snap,
+            types_of_class: &types,
+            now: NOW.parse::<Timestamp>().unwrap(),
+            settle: Duration::from_secs(30),
+            spot_to_spot,
+        })
+    };
+    let off = decide_with(20, false);
+    assert!(off.command.is_none());
+    assert!(kept_reason(&off, "claim-a").contains("SPOT_TO_SPOT_CONSOLIDATION is off"));
+    let few = decide_with(10, true);
+    assert!(
+        kept_reason(&few, "claim-a").contains("only 10 spot types are cheaper"),
+        "{:?}",
+        few.kept
+    );
+    let many = decide_with(20, true).command.expect("a command");
+    assert_eq!(many.replacements.len(), 1);
+    assert!(many.replacements[0].instance_types.len() >= 15);
 }

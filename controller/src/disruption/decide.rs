@@ -87,7 +87,14 @@ pub struct Inputs<'a> {
     /// A node initialized more recently than this is not a candidate (its pods are still
     /// arriving: it was launched for them).
     pub settle: Duration,
+    /// Replace a spot node by a cheaper spot node (off by default, as upstream: a spot price is
+    /// low because the pool is deep; moving to the cheapest shallow pool invites interruptions).
+    pub spot_to_spot: bool,
 }
+
+/// A spot node is replaced by spot only when at least this many cheaper types remain, so the
+/// replacement does not chase the single cheapest (and most interrupted) pool.
+pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 
 fn since(now: Timestamp, t: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(t)).unwrap_or_default()
@@ -545,8 +552,8 @@ fn simulate(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
                     .map(String::as_str)
                     == Some(labels::CAPACITY_SPOT)
             });
-            if spot {
-                return Err("its pods need a new node, and a spot node is not replaced by another spot node".into());
+            if spot && !inputs.spot_to_spot {
+                return Err("its pods need a new node, and a spot node is not replaced by another spot node (SPOT_TO_SPOT_CONSOLIDATION is off)".into());
             }
             let mut requirements = one.requirements.clone();
             // On-demand replaced by a mixed choice: pinned to spot, the only way it is cheaper.
@@ -577,6 +584,12 @@ fn simulate(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
             else {
                 return Err(format!("no replacement is cheaper than ${price:.4}/h"));
             };
+            if spot && cheaper.len() < SPOT_TO_SPOT_MIN_TYPES {
+                return Err(format!(
+                    "only {} spot types are cheaper (spot-to-spot needs {SPOT_TO_SPOT_MIN_TYPES})",
+                    cheaper.len()
+                ));
+            }
             let mut replacement = one.clone();
             replacement.requirements = requirements;
             replacement.instance_types = cheaper;

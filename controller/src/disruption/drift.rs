@@ -12,6 +12,9 @@ use crate::api::NodePool;
 
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+/// The subnet and (sorted, comma-separated) security groups the instance was launched with.
+pub const SUBNET: &str = "jointer.dev/subnet";
+pub const SECURITY_GROUPS: &str = "jointer.dev/security-groups";
 
 fn fnv(v: &Value) -> String {
     let text = serde_json::to_string(v).unwrap_or_default();
@@ -59,12 +62,33 @@ pub fn drifted(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>)
     {
         return Some(format!("EC2NodeClass {} changed", class.name_any()));
     }
+    let status = class.status.clone().unwrap_or_default();
+    // Only against a resolved class: a class that resolves nothing is NotReady, not drift.
+    if let Some(subnet) = annotations.get(SUBNET) {
+        if !status.subnets.is_empty() && !status.subnets.iter().any(|s| &s.id == subnet) {
+            return Some(format!(
+                "its subnet {subnet} is no longer selected by EC2NodeClass {}",
+                class.name_any()
+            ));
+        }
+    }
+    if let Some(groups) = annotations.get(SECURITY_GROUPS) {
+        let mut now: Vec<&str> = status
+            .security_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect();
+        now.sort();
+        let now = now.join(",");
+        if !now.is_empty() && *groups != now {
+            return Some(format!(
+                "its security groups {groups} are no longer the ones EC2NodeClass {} selects ({now})",
+                class.name_any()
+            ));
+        }
+    }
     let image = claim.status.as_ref().and_then(|s| s.image_id.as_ref())?;
-    let amis = class
-        .status
-        .as_ref()
-        .map(|s| s.amis.as_slice())
-        .unwrap_or_default();
+    let amis = status.amis.as_slice();
     (!amis.is_empty() && !amis.iter().any(|a| &a.id == image)).then(|| {
         format!(
             "its AMI {image} is no longer selected by EC2NodeClass {}",
@@ -124,5 +148,36 @@ mod tests {
         assert!(drifted(&n, &p, Some(&new_ami))
             .unwrap()
             .contains("ami-1 is no longer selected"));
+    }
+
+    #[test]
+    fn a_subnet_or_security_groups_no_longer_selected_drift() {
+        let p = pool(json!({}), json!([]));
+        let mut c = class(json!({}), json!([{"id": "ami-1"}]));
+        let status = c.status.get_or_insert_with(Default::default);
+        status.subnets = serde_json::from_value(json!([{"id": "subnet-a", "zone": "z1"}])).unwrap();
+        status.security_groups =
+            serde_json::from_value(json!([{"id": "sg-2"}, {"id": "sg-1"}])).unwrap();
+        let mut n = claim(&p, &c, "ami-1");
+        n.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend([
+                (SUBNET.to_string(), "subnet-a".to_string()),
+                (SECURITY_GROUPS.to_string(), "sg-1,sg-2".to_string()),
+            ]);
+        assert_eq!(drifted(&n, &p, Some(&c)), None);
+        let mut moved = c.clone();
+        moved.status.as_mut().unwrap().subnets =
+            serde_json::from_value(json!([{"id": "subnet-b", "zone": "z1"}])).unwrap();
+        assert!(drifted(&n, &p, Some(&moved))
+            .unwrap()
+            .contains("subnet subnet-a is no longer selected"));
+        let mut regrouped = c.clone();
+        regrouped.status.as_mut().unwrap().security_groups =
+            serde_json::from_value(json!([{"id": "sg-1"}])).unwrap();
+        assert!(drifted(&n, &p, Some(&regrouped))
+            .unwrap()
+            .contains("security groups sg-1,sg-2"));
     }
 }

@@ -100,6 +100,7 @@ impl Disruptor {
             types_of_class: &types_of_class,
             now: Timestamp::now(),
             settle: self.settings.disruption_settle,
+            spot_to_spot: self.settings.spot_to_spot_consolidation,
         });
         for (claim, why) in &decision.kept {
             tracing::debug!(nodeclaim = %claim, reason = %why, "kept");

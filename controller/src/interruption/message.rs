@@ -28,9 +28,10 @@ impl Kind {
         }
     }
 
-    /// Whether the node must go: replaced before EC2 takes it, or already gone.
-    pub fn node_goes(&self) -> bool {
-        !matches!(self, Kind::Rebalance)
+    /// Whether the node must go: replaced before EC2 takes it, or already gone. A rebalance
+    /// recommendation only when the controller is set to act on it.
+    pub fn node_goes(&self, act_on_rebalance: bool) -> bool {
+        act_on_rebalance || !matches!(self, Kind::Rebalance)
     }
 }
 
@@ -124,11 +125,16 @@ mod tests {
         let health = r#"{"detail-type":"AWS Health Event","detail":{"service":"EC2","eventTypeCategory":"scheduledChange","affectedEntities":[{"entityValue":"i-3"},{"entityValue":"i-4"}]}}"#;
         let i = parse(health).unwrap().unwrap();
         assert_eq!(i.instance_ids, ["i-3", "i-4"]);
-        assert!(i.kind.node_goes());
+        assert!(i.kind.node_goes(false));
         let rds = health.replace("\"EC2\"", "\"RDS\"");
         assert_eq!(parse(&rds), Ok(None));
         let rebalance = r#"{"detail-type":"EC2 Instance Rebalance Recommendation","detail":{"instance-id":"i-5"}}"#;
-        assert!(!parse(rebalance).unwrap().unwrap().kind.node_goes());
+        let kind = parse(rebalance).unwrap().unwrap().kind;
+        assert!(!kind.node_goes(false));
+        assert!(
+            kind.node_goes(true),
+            "INTERRUPTION_ACT_ON_REBALANCE replaces the node"
+        );
     }
 
     #[test]

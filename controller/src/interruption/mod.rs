@@ -31,6 +31,7 @@ pub struct Handler {
     pub cloud: Arc<AwsCloud>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    pub act_on_rebalance: bool,
 }
 
 impl Handler {
@@ -142,7 +143,7 @@ impl Handler {
             };
             tracing::warn!(nodeclaim = %name, instance = %id, kind = i.kind.label(), "interruption");
             self.event(claim, &i.kind, &note).await;
-            if !i.kind.node_goes() {
+            if !i.kind.node_goes(self.act_on_rebalance) {
                 continue;
             }
             if i.kind == Kind::SpotInterruption {

@@ -25,6 +25,7 @@ use crate::api::labels;
 use crate::api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use crate::cloud::aws::user_data::UNREGISTERED_TAINT;
 use crate::cloud::aws::{node_labels, AwsCloud, LaunchError};
+use crate::disruption::drift;
 use crate::garbage::instance_id;
 use crate::provisioning::nodeclaim::quantities;
 use crate::runtime::metrics::Metrics;
@@ -212,10 +213,21 @@ async fn launch(
         Ok((launched, itype)) => {
             let mut node_labels = node_labels(&itype, &launched);
             node_labels.extend(claim.labels().clone());
+            // Where it was launched, to tell later whether the class still selects it.
+            let mut annotations = serde_json::Map::new();
+            if let Some(subnet) = &launched.subnet_id {
+                annotations.insert(drift::SUBNET.into(), json!(subnet));
+            }
+            annotations.insert(
+                drift::SECURITY_GROUPS.into(),
+                json!(launched.security_groups.join(",")),
+            );
             api.patch(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": node_labels}})),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": node_labels, "annotations": annotations}}),
+                ),
             )
             .await?;
             status.provider_id = Some(launched.provider_id());

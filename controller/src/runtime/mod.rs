@@ -142,6 +142,7 @@ pub async fn run(settings: Settings) -> Result<()> {
             cloud: lifecycle_ctx.cloud.clone(),
             metrics: metrics.clone(),
             recorder: lifecycle_ctx.recorder.clone(),
+            act_on_rebalance: settings.interruption_act_on_rebalance,
         });
     let interruption = async move {
         match interruption {

@@ -51,6 +51,12 @@ pub struct Settings {
     /// A node initialized more recently than this is not disrupted (its pods are arriving).
     #[arg(long, env = "DISRUPTION_SETTLE", value_parser = seconds, default_value = "30s")]
     pub disruption_settle: Duration,
+    /// Replace a node on an EC2 rebalance recommendation (otherwise only an Event).
+    #[arg(long, env = "INTERRUPTION_ACT_ON_REBALANCE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub interruption_act_on_rebalance: bool,
+    /// Let consolidation replace a spot node by a cheaper spot node (needs 15 cheaper types).
+    #[arg(long, env = "SPOT_TO_SPOT_CONSOLIDATION", default_value_t = false, action = clap::ArgAction::Set)]
+    pub spot_to_spot_consolidation: bool,
     /// `error`, `warn`, `info`, `debug`, or a tracing filter.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,

@@ -47,6 +47,9 @@ pub struct Launched {
     pub zone: String,
     pub capacity_type: CapacityType,
     pub image_id: Option<String>,
+    pub subnet_id: Option<String>,
+    /// Sorted.
+    pub security_groups: Vec<String>,
 }
 
 impl Launched {
@@ -541,6 +544,16 @@ impl AwsCloud {
             zone,
             capacity_type: plan.capacity_type,
             image_id: image_by_template.get(template).cloned(),
+            subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_string),
+            security_groups: {
+                let mut ids: Vec<String> = status
+                    .security_groups
+                    .iter()
+                    .map(|s| s.id.clone())
+                    .collect();
+                ids.sort();
+                ids
+            },
         };
         let chosen = types
             .iter()
@@ -614,6 +627,16 @@ impl AwsCloud {
                     CapacityType::OnDemand
                 },
                 image_id: i.image_id().map(str::to_string),
+                subnet_id: i.subnet_id().map(str::to_string),
+                security_groups: {
+                    let mut ids: Vec<String> = i
+                        .security_groups()
+                        .iter()
+                        .filter_map(|g| g.group_id().map(str::to_string))
+                        .collect();
+                    ids.sort();
+                    ids
+                },
             },
             itype,
         )))
