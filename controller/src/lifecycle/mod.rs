@@ -28,6 +28,7 @@ use crate::cloud::aws::{node_labels, AwsCloud, LaunchError};
 use crate::disruption::drift;
 use crate::garbage::instance_id;
 use crate::provisioning::nodeclaim::quantities;
+use crate::runtime::finalizers;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::stores::Stores;
 use conditions::{is_true, set, INITIALIZED, LAUNCHED, REGISTERED};
@@ -105,20 +106,7 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error
     if claim.metadata.deletion_timestamp.is_some() {
         return terminate(&api, &claim, &ctx).await;
     }
-    if !claim
-        .finalizers()
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
-    {
-        let mut finalizers = claim.finalizers().to_vec();
-        finalizers.push(labels::TERMINATION_FINALIZER.into());
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-        )
-        .await?;
-    }
+    finalizers::ensure(&api, claim.as_ref(), labels::TERMINATION_FINALIZER).await?;
     let mut status = claim.status.clone().unwrap_or_default();
     if status.provider_id.is_none() {
         return launch(&api, &claim, status, &ctx).await;
@@ -371,18 +359,7 @@ async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result
             Err(e) => return Err(e.into()),
         }
     }
-    let finalizers: Vec<String> = claim
-        .finalizers()
-        .iter()
-        .filter(|f| *f != labels::TERMINATION_FINALIZER)
-        .cloned()
-        .collect();
-    api.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-    )
-    .await?;
+    finalizers::release(api, claim, labels::TERMINATION_FINALIZER).await?;
     Metrics::count_pool(&ctx.metrics.nodeclaims_terminated, &pool_of(claim));
     tracing::info!(nodeclaim = %name, "terminated");
     Ok(Action::await_change())

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
 use crate::api::nodeclaim::NodeClaim;
+use crate::runtime::finalizers;
 use crate::runtime::metrics::{Metrics, OutcomeLabels};
 use crate::runtime::settings::Settings;
 use conditions::{conditions, Verdicts};
@@ -62,16 +63,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Er
     if class.metadata.deletion_timestamp.is_some() {
         return finalize(&api, &class, &ctx).await;
     }
-    if !class.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut finalizers = class.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_string());
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-        )
-        .await?;
-    }
+    finalizers::ensure(&api, class.as_ref(), FINALIZER).await?;
     let subnets = resolve::subnets(&ctx, &class).await;
     let security_groups = resolve::security_groups(&ctx, &class).await;
     let amis = resolve::amis(&ctx, &class).await;
@@ -220,18 +212,7 @@ async fn finalize(
                 })?;
         }
     }
-    let finalizers: Vec<String> = class
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    api.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-    )
-    .await?;
+    finalizers::release(api, class, FINALIZER).await?;
     tracing::info!(ec2nodeclass = %name, instance_profile = %profile, "EC2NodeClass finalized");
     Ok(Action::await_change())
 }

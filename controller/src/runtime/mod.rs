@@ -2,6 +2,7 @@
 //! election, and the controllers, which run only on the elected leader.
 
 pub mod events;
+pub mod finalizers;
 pub mod leader;
 pub mod metrics;
 pub mod server;
