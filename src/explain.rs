@@ -10,9 +10,7 @@ use jointer_controller::api::nodeclaim::NodeClaim;
 use jointer_controller::api::NodePool;
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
 use jointer_controller::disruption::decide::{decide, Inputs as DecideInputs};
-use jointer_controller::provisioning::snapshot::{
-    self, class_not_ready, is_provisionable, Snapshot,
-};
+use jointer_controller::provisioning::snapshot::{self, is_provisionable, Snapshot};
 use jointer_controller::runtime::metrics::Metrics;
 use jointer_controller::scheduling::{solve, PodKey, SchedPod};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -81,12 +79,7 @@ async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
         cluster,
         Arc::new(Metrics::new()),
     )?;
-    let mut types_of_class = HashMap::new();
-    for class in &snap.nodeclasses {
-        if class_not_ready(class).is_none() {
-            types_of_class.insert(class.name_any(), cloud.instance_types(class).await?);
-        }
-    }
+    let types_of_class = cloud.types_of_ready_classes(&snap.nodeclasses).await?;
     Ok((snap, types_of_class))
 }
 

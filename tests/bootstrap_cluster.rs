@@ -347,7 +347,6 @@ async fn a_pool_edited_by_another_field_manager_is_drift_and_apply_takes_it_back
 
 #[tokio::test]
 async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
     };
@@ -356,25 +355,7 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
     let s = Setup::new("bc-rbac", "").await;
     s.apply();
     let admin = testenv::kube().await;
-    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
-    let token = sa
-        .create_token_request(
-            "jointer-controller",
-            &PostParams::default(),
-            &TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    audiences: None,
-                    expiration_seconds: Some(600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("token")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token");
+    let token = testenv::controller_token(&admin, 600).await;
     let mut config = kube::Config::infer().await.unwrap();
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
@@ -90,25 +90,7 @@ spec:
 /// A kubeconfig for the controller ServiceAccount `jointer apply` installed: the controller
 /// then runs with exactly the RBAC the bundle grants.
 async fn service_account_kubeconfig(admin: &kube::Client, cluster: &str) -> PathBuf {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
-    let token = sa
-        .create_token_request(
-            "jointer-controller",
-            &PostParams::default(),
-            &TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    expiration_seconds: Some(3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("token")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token");
+    let token = testenv::controller_token(admin, 3600).await;
     let path = std::env::var("KUBECONFIG").expect("KUBECONFIG");
     let mut config = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
     for user in &mut config.auth_infos {

@@ -71,6 +71,30 @@ pub async fn aws() -> aws_config::SdkConfig {
     jointer_controller::clients::aws_config(None).await
 }
 
+/// A token of the controller ServiceAccount `jointer apply` installs, valid `seconds`: what the
+/// controller's Deployment runs with.
+pub async fn controller_token(admin: &kube::Client, seconds: i64) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let sa: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "kube-system");
+    sa.create_token_request(
+        "jointer-controller",
+        &kube::api::PostParams::default(),
+        &TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(seconds),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("token")
+    .status
+    .and_then(|s| s.token)
+    .expect("a token")
+}
+
 /// A name unique to this test run, so tests can share the environment.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()

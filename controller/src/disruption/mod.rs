@@ -30,7 +30,6 @@ use crate::cloud::aws::AwsCloud;
 use crate::lifecycle::conditions::{is_true, set, INITIALIZED};
 use crate::lifecycle::drain::{self, must_evict, DISRUPTED_TAINT};
 use crate::provisioning::nodeclaim::from_plan;
-use crate::provisioning::snapshot::class_not_ready;
 use crate::runtime::metrics::{Metrics, ReasonLabels};
 use crate::runtime::settings::Settings;
 use crate::runtime::stores::Stores;
@@ -80,21 +79,17 @@ impl Disruptor {
 
     async fn decide(&self) -> Option<Command> {
         let snapshot = self.stores.snapshot();
-        let mut types_of_class = HashMap::new();
-        for class in &snapshot.nodeclasses {
-            if class_not_ready(class).is_some() {
-                continue;
+        let types_of_class = match self
+            .cloud
+            .types_of_ready_classes(&snapshot.nodeclasses)
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "no instance types: no disruption decision this round");
+                return None;
             }
-            match self.cloud.instance_types(class).await {
-                Ok(t) => {
-                    types_of_class.insert(class.name_any(), t);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "no instance types: no disruption decision this round");
-                    return None;
-                }
-            }
-        }
+        };
         let decision = decide(&Inputs {
             snapshot: &snapshot,
             types_of_class: &types_of_class,
@@ -116,28 +111,27 @@ impl Disruptor {
         let pools = self.stores.nodepools.state();
         let classes = self.stores.nodeclasses.state();
         let now = Timestamp::now();
-        for claim in self.stores.nodeclaims.state() {
+        // Each node's evictable pods, once: "name/deleting" in a stable order.
+        let mut on_node: HashMap<&str, Vec<String>> = HashMap::new();
+        for p in pods.iter().filter(|p| must_evict(p)) {
+            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                on_node.entry(node).or_default().push(format!(
+                    "{}/{}/{}",
+                    p.namespace().unwrap_or_default(),
+                    p.name_any(),
+                    p.metadata.deletion_timestamp.is_some()
+                ));
+            }
+        }
+        let claims = self.stores.nodeclaims.state();
+        for claim in &claims {
             let Some(mut status) = claim.status.clone() else {
                 continue;
             };
             let Some(node) = status.node_name.clone() else {
                 continue;
             };
-            let mut names: Vec<String> = pods
-                .iter()
-                .filter(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
-                })
-                .filter(|p| must_evict(p))
-                .map(|p| {
-                    format!(
-                        "{}/{}/{}",
-                        p.namespace().unwrap_or_default(),
-                        p.name_any(),
-                        p.metadata.deletion_timestamp.is_some()
-                    )
-                })
-                .collect();
+            let mut names = on_node.get(node.as_str()).cloned().unwrap_or_default();
             names.sort();
             let mut h = DefaultHasher::new();
             names.hash(&mut h);
@@ -168,7 +162,7 @@ impl Disruptor {
             let class = classes
                 .iter()
                 .find(|c| c.name_any() == claim.spec.node_class_ref.name);
-            let drift = pool.and_then(|p| drifted(&claim, p, class.map(|c| c.as_ref())));
+            let drift = pool.and_then(|p| drifted(claim, p, class.map(|c| c.as_ref())));
             let was_drifted = is_true(&status.conditions, DRIFTED);
             if drift.is_some() != was_drifted
                 || drift.as_deref().is_some_and(|why| {
@@ -211,13 +205,8 @@ impl Disruptor {
                 .await?;
             }
         }
-        pod_sets.retain(|k, _| {
-            self.stores
-                .nodeclaims
-                .state()
-                .iter()
-                .any(|c| &c.name_any() == k)
-        });
+        let live: std::collections::HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        pod_sets.retain(|k, _| live.contains(k));
         Ok(())
     }
 

@@ -20,7 +20,6 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::labels;
 use crate::api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use crate::cloud::aws::user_data::UNREGISTERED_TAINT;
@@ -179,8 +178,12 @@ async fn launch(
 ) -> Result<Action, Error> {
     let name = claim.name_any();
     let class_name = &claim.spec.node_class_ref.name;
-    let classes: Api<EC2NodeClass> = Api::all(ctx.client.clone());
-    let class = classes.get_opt(class_name).await?;
+    let class = ctx
+        .stores
+        .nodeclasses
+        .state()
+        .into_iter()
+        .find(|c| &c.name_any() == class_name);
     let result = match (ctx.cloud.find_launched(&name).await?, class) {
         (Some((launched, itype)), Some(class)) => {
             tracing::info!(nodeclaim = %name, instance = %launched.instance_id, "found the instance of an earlier launch; adopting it");
@@ -372,6 +375,8 @@ fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Ctx>) -> Action 
 
 /// Runs until the stream ends (the process stops).
 pub async fn run(ctx: Arc<Ctx>) {
+    // Launches read classes and nodes from the caches: wait for their first list.
+    ctx.stores.ready().await;
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, ctx)

@@ -24,7 +24,6 @@ use crate::runtime::metrics::{Metrics, ReasonLabels};
 use crate::runtime::settings::Settings;
 use crate::runtime::stores::Stores;
 use crate::scheduling::{solve, PodKey, Rejection, Resources};
-use snapshot::class_not_ready;
 
 /// How often the pending set is looked at.
 const TICK: Duration = Duration::from_millis(200);
@@ -89,7 +88,14 @@ impl Provisioner {
         let mut events: HashMap<PodKey, (String, Instant)> = HashMap::new();
         loop {
             tokio::time::sleep(TICK).await;
-            let pending: BTreeSet<PodKey> = snapshot::pods_to_place(&self.stores.snapshot())
+            // Only what decides "pending" is read on this 200 ms tick.
+            let cheap = snapshot::Snapshot {
+                pods: self.stores.pods.state(),
+                nodes: self.stores.nodes.state(),
+                nodeclaims: self.stores.nodeclaims.state(),
+                ..Default::default()
+            };
+            let pending: BTreeSet<PodKey> = snapshot::pods_to_place(&cheap)
                 .iter()
                 .map(|p| pod_key(p))
                 .collect();
@@ -133,19 +139,14 @@ impl Provisioner {
         events: &mut HashMap<PodKey, (String, Instant)>,
     ) -> anyhow::Result<()> {
         let snap = self.stores.snapshot();
-        let mut types_of_class = HashMap::new();
         let mut cloud_errors = Vec::new();
-        for class in &snap.nodeclasses {
-            if class_not_ready(class).is_some() {
-                continue;
+        let types_of_class = match self.cloud.types_of_ready_classes(&snap.nodeclasses).await {
+            Ok(t) => t,
+            Err(e) => {
+                cloud_errors.push(format!("instance types: {e}"));
+                HashMap::new()
             }
-            match self.cloud.instance_types(class).await {
-                Ok(types) => {
-                    types_of_class.insert(class.name_any(), types);
-                }
-                Err(e) => cloud_errors.push(format!("EC2NodeClass {}: {e}", class.name_any())),
-            }
-        }
+        };
         let built = snapshot::build(&snap, &types_of_class);
         let started = Instant::now();
         let plan = solve(&built.problem);

@@ -9,7 +9,7 @@ pub mod tags;
 pub mod unavailable;
 pub mod user_data;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -239,6 +239,23 @@ impl AwsCloud {
     ) -> Result<Vec<Arc<InstanceType>>, LaunchError> {
         let offerings = self.offerings().await?;
         Ok(offerings.for_class(class, &self.estimates, &self.unavailable, Instant::now()))
+    }
+
+    /// The instance types of every Ready class, by class name (one offerings fetch for all).
+    pub async fn types_of_ready_classes(
+        &self,
+        classes: &[Arc<EC2NodeClass>],
+    ) -> Result<HashMap<String, Vec<Arc<InstanceType>>>, LaunchError> {
+        let offerings = self.offerings().await?;
+        let now = Instant::now();
+        Ok(classes
+            .iter()
+            .filter(|c| crate::provisioning::snapshot::class_not_ready(c).is_none())
+            .map(|c| {
+                let types = offerings.for_class(c, &self.estimates, &self.unavailable, now);
+                (c.name_any(), types)
+            })
+            .collect())
     }
 
     /// Creates the launch template unless one with that name exists.
