@@ -479,6 +479,72 @@ async fn apply_converges_while_every_service_throttles() {
     s.in_sync();
 }
 
+/// An EKS answer injected for the next `count` calls of `operation`.
+fn eks_refuses(operation: &str, count: u32, message: &str) -> serde_json::Value {
+    json!({"service": "eks", "operation": operation, "count": count, "status": 400,
+           "code": "InvalidParameterException", "message": message})
+}
+
+fn calls_of(operation: &str) -> usize {
+    testenv::calls()
+        .iter()
+        .filter(|c| c["operation"] == operation)
+        .count()
+}
+
+#[tokio::test]
+async fn apply_waits_for_iam_to_propagate_new_roles_and_fails_at_once_on_a_real_refusal() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("bs-propagation", "").await;
+
+    // A refusal that waiting cannot cure is reported at once, after a single attempt.
+    clear_calls();
+    gap(
+        "POST",
+        "/_gap/faults",
+        Some(json!({"server_error": [eks_refuses(
+            "CreateAccessEntry", 1, "The principalArn parameter format is not valid")]})),
+    );
+    let run = s.jointer(&["apply", "--yes"]);
+    gap("DELETE", "/_gap/faults", None);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(
+        run.stderr.contains("eks:CreateAccessEntry")
+            && run
+                .stderr
+                .contains("The principalArn parameter format is not valid"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(calls_of("CreateAccessEntry"), 1);
+
+    // Roles EKS cannot see yet: the access entry and the pod identity association are retried
+    // until IAM has propagated them.
+    clear_calls();
+    gap(
+        "POST",
+        "/_gap/faults",
+        Some(json!({"server_error": [
+            eks_refuses("CreateAccessEntry", 2,
+                "The specified principalArn is invalid: invalid principal."),
+            eks_refuses("CreatePodIdentityAssociation", 2,
+                "Role provided in the request does not exist"),
+        ]})),
+    );
+    let run = s.jointer(&["apply", "--yes"]);
+    gap("DELETE", "/_gap/faults", None);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(
+        run.stderr.matches("IAM has not propagated").count(),
+        4,
+        "{}",
+        run.stderr
+    );
+    assert_eq!(calls_of("CreateAccessEntry"), 3);
+    assert_eq!(calls_of("CreatePodIdentityAssociation"), 3);
+    s.in_sync();
+}
+
 #[tokio::test]
 async fn teardown_removes_what_jointer_made_and_keeps_tags_that_were_there() {
     let _turn = TURN.lock().await;

@@ -14,7 +14,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
 use support::testenv::{
-    self, audit_offset, clear_calls, jointer_kube_writes_since, mutating_calls,
+    self, audit_offset, clear_calls, jointer_kube_requests_since, jointer_kube_writes_since,
+    mutating_calls,
 };
 use support::world::Setup;
 use tokio::sync::Mutex;
@@ -51,6 +52,42 @@ fn container_env(d: &Deployment) -> Vec<(String, String)> {
         .collect()
 }
 
+/// What one jointer run cost: wall time, AWS calls (gap-layer log) and API server requests
+/// (audit log).
+struct Cost {
+    seconds: f64,
+    aws_calls: usize,
+    aws_mutating: usize,
+    kube_requests: usize,
+    kube_writes: usize,
+}
+
+impl std::fmt::Display for Cost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2} s, {} AWS calls ({} mutating), {} API server requests ({} writes)",
+            self.seconds, self.aws_calls, self.aws_mutating, self.kube_requests, self.kube_writes
+        )
+    }
+}
+
+fn measured<T>(run: impl FnOnce() -> T) -> (T, Cost) {
+    let offset = audit_offset();
+    clear_calls();
+    let started = Instant::now();
+    let out = run();
+    let seconds = started.elapsed().as_secs_f64();
+    let cost = Cost {
+        seconds,
+        aws_calls: testenv::calls().len(),
+        aws_mutating: mutating_calls().len(),
+        kube_requests: jointer_kube_requests_since(offset),
+        kube_writes: jointer_kube_writes_since(offset).len(),
+    };
+    (out, cost)
+}
+
 /// Every test ends with this: nothing of jointer's left in the cluster or on AWS.
 fn torn_down(s: &Setup) {
     let run = s.jointer(&["teardown", "--yes"]);
@@ -63,12 +100,8 @@ async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_no
     let s = Setup::new("bc-apply", "").await;
     let client = testenv::kube().await;
 
-    let offset = audit_offset();
-    clear_calls();
-    let started = Instant::now();
-    s.apply();
-    let cold = started.elapsed();
-    let cold_writes = jointer_kube_writes_since(offset).len();
+    let (_, cold) = measured(|| s.apply());
+    assert!(cold.kube_writes > 0 && cold.aws_mutating > 0, "{cold}");
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
     let d = deployments
@@ -117,33 +150,15 @@ async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_no
     assert!(listed.data.unwrap_or_default()["objects"].contains("\"NodePool\""));
 
     // Converged: nothing written anywhere.
-    let offset = audit_offset();
-    clear_calls();
-    let started = Instant::now();
-    let again = s.apply();
-    let warm = started.elapsed();
+    let (again, warm) = measured(|| s.apply());
     assert!(again.stdout.contains("already converged"), "{again:#?}");
-    assert_eq!(jointer_kube_writes_since(offset), Vec::<String>::new());
-    assert_eq!(mutating_calls(), Vec::<String>::new());
-    let warm_aws = testenv::calls().len();
+    assert_eq!(warm.kube_writes, 0, "{warm}");
+    assert_eq!(warm.aws_mutating, 0, "{warm}");
 
-    let started = Instant::now();
-    s.in_sync();
-    let drift = started.elapsed();
-
-    let offset = audit_offset();
-    clear_calls();
-    let started = Instant::now();
-    torn_down(&s);
-    let teardown = started.elapsed();
+    let (_, drift) = measured(|| s.in_sync());
+    let (_, teardown) = measured(|| torn_down(&s));
     eprintln!(
-        "figures (whole setup): cold apply {:.2} s, {cold_writes} API server writes; converged apply {:.2} s, {warm_aws} AWS calls, 0 writes; drift {:.2} s; teardown {:.2} s, {} AWS calls, {} API server writes",
-        cold.as_secs_f64(),
-        warm.as_secs_f64(),
-        drift.as_secs_f64(),
-        teardown.as_secs_f64(),
-        testenv::calls().len(),
-        jointer_kube_writes_since(offset).len()
+        "figures (whole setup):\n  cold apply      {cold}\n  converged apply {warm}\n  drift           {drift}\n  teardown        {teardown}"
     );
     assert!(nodepools(&client)
         .get_opt("default")

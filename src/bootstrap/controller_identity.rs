@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use super::aws::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::{self, owned, DesiredRole};
 use super::permissions::{controller_policies, irsa_trust, pod_identity_trust};
+use super::propagation::retry_until_visible;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::config::Identity;
 
@@ -378,24 +379,29 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
     let cluster = &ctx.cluster.name;
     match action {
         Action::CreateAssociation { role_arn, tags } => {
-            eks.create_pod_identity_association()
-                .cluster_name(cluster)
-                .namespace(&ctx.config.controller.namespace)
-                .service_account(ctx.config.controller.service_account_name())
-                .role_arn(role_arn)
-                .set_tags(Some(tags.clone().into_iter().collect()))
-                .send()
-                .await
-                .map_err(|e| failed("eks:CreatePodIdentityAssociation", e))?;
+            // The controller role was most likely created a moment ago.
+            retry_until_visible(role_arn, || {
+                eks.create_pod_identity_association()
+                    .cluster_name(cluster)
+                    .namespace(&ctx.config.controller.namespace)
+                    .service_account(ctx.config.controller.service_account_name())
+                    .role_arn(role_arn)
+                    .set_tags(Some(tags.clone().into_iter().collect()))
+                    .send()
+            })
+            .await
+            .map_err(|e| failed("eks:CreatePodIdentityAssociation", e))?;
         }
         Action::UpdateAssociation { id, role_arn } => {
-            eks.update_pod_identity_association()
-                .cluster_name(cluster)
-                .association_id(id)
-                .role_arn(role_arn)
-                .send()
-                .await
-                .map_err(|e| failed(&format!("eks:UpdatePodIdentityAssociation {id}"), e))?;
+            retry_until_visible(role_arn, || {
+                eks.update_pod_identity_association()
+                    .cluster_name(cluster)
+                    .association_id(id)
+                    .role_arn(role_arn)
+                    .send()
+            })
+            .await
+            .map_err(|e| failed(&format!("eks:UpdatePodIdentityAssociation {id}"), e))?;
         }
         Action::TagAssociation { arn, tags } => tag_eks_resource(eks, arn, tags).await?,
         Action::DeleteAssociation { id } => gone_ok(

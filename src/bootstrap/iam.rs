@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::aws::{code, failed, gone_ok};
 use super::ownership::{self, Owner};
 use super::policy::{self, Document};
+use super::propagation::retry_until_visible;
 use super::{Change, Context, Op};
 
 #[derive(Debug, Clone)]
@@ -469,14 +470,17 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             description,
             tags,
         } => {
-            iam.create_role()
-                .role_name(name)
-                .assume_role_policy_document(trust)
-                .description(description)
-                .set_tags(Some(iam_tags(tags)))
-                .send()
-                .await
-                .map_err(|e| failed(&format!("iam:CreateRole {name}"), e))?;
+            // An IRSA trust names an OIDC provider that may have been created a moment ago.
+            retry_until_visible(name, || {
+                iam.create_role()
+                    .role_name(name)
+                    .assume_role_policy_document(trust)
+                    .description(description)
+                    .set_tags(Some(iam_tags(tags)))
+                    .send()
+            })
+            .await
+            .map_err(|e| failed(&format!("iam:CreateRole {name}"), e))?;
         }
         Action::TagRole { name, tags } => {
             iam.tag_role()
@@ -487,12 +491,14 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .map_err(|e| failed(&format!("iam:TagRole {name}"), e))?;
         }
         Action::UpdateTrust { name, trust } => {
-            iam.update_assume_role_policy()
-                .role_name(name)
-                .policy_document(trust)
-                .send()
-                .await
-                .map_err(|e| failed(&format!("iam:UpdateAssumeRolePolicy {name}"), e))?;
+            retry_until_visible(name, || {
+                iam.update_assume_role_policy()
+                    .role_name(name)
+                    .policy_document(trust)
+                    .send()
+            })
+            .await
+            .map_err(|e| failed(&format!("iam:UpdateAssumeRolePolicy {name}"), e))?;
         }
         Action::Attach { role, policy_arn } => {
             iam.attach_role_policy()

@@ -19,6 +19,7 @@ pub mod node_role;
 pub mod ownership;
 pub mod permissions;
 pub mod policy;
+pub mod propagation;
 pub mod report;
 pub mod run;
 pub mod sweep;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::aws::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::owned;
+use super::propagation::retry_until_visible;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::config::NodeAccess;
 
@@ -303,17 +304,20 @@ async fn create_entry(
     principal: &str,
     tags: &BTreeMap<String, String>,
 ) -> Result<()> {
-    ctx.aws
-        .eks
-        .create_access_entry()
-        .cluster_name(&ctx.cluster.name)
-        .principal_arn(principal)
-        .r#type(ENTRY_TYPE)
-        .set_tags(Some(tags.clone().into_iter().collect()))
-        .send()
-        .await
-        .map(|_| ())
-        .map_err(|e| failed(&format!("eks:CreateAccessEntry {principal}"), e))
+    // The node role may have been created a moment ago.
+    retry_until_visible(principal, || {
+        ctx.aws
+            .eks
+            .create_access_entry()
+            .cluster_name(&ctx.cluster.name)
+            .principal_arn(principal)
+            .r#type(ENTRY_TYPE)
+            .set_tags(Some(tags.clone().into_iter().collect()))
+            .send()
+    })
+    .await
+    .map(|_| ())
+    .map_err(|e| failed(&format!("eks:CreateAccessEntry {principal}"), e))
 }
 
 async fn delete_entry(ctx: &Context, principal: &str) -> Result<()> {

@@ -192,8 +192,8 @@ fn audit_log() -> PathBuf {
     PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir")).join("audit.log")
 }
 
-/// The API server's audit log (writes only, see tests/env/up.sh): its current length, to
-/// read what is logged after it.
+/// The API server's audit log (every write, and every request of the admin user jointer runs
+/// as; see tests/env/up.sh): its current length, to read what is logged after it.
 pub fn audit_offset() -> u64 {
     std::fs::metadata(audit_log()).map(|m| m.len()).unwrap_or(0)
 }
@@ -212,6 +212,12 @@ pub fn jointer_kube_writes_since(offset: u64) -> Vec<String> {
                 .as_str()
                 .is_some_and(|ua| ua.starts_with("jointer/"))
         })
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete" | "deletecollection")
+            )
+        })
         .filter(|e| !e["requestURI"].as_str().unwrap_or("").contains("dryRun="))
         .map(|e| {
             format!(
@@ -223,7 +229,7 @@ pub fn jointer_kube_writes_since(offset: u64) -> Vec<String> {
         .collect()
 }
 
-/// Requests by jointer logged after `offset` (writes only are logged).
+/// Requests by jointer (reads, server-side dry runs and writes) logged after `offset`.
 pub fn jointer_kube_requests_since(offset: u64) -> usize {
     let text = std::fs::read(audit_log()).expect("audit log");
     let start = (offset as usize).min(text.len());
