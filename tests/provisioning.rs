@@ -16,6 +16,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
+use kube::ResourceExt;
 use serde_json::{json, Value};
 use support::controller::Controller;
 use support::testenv::{self, gap, wait_for};
@@ -141,6 +142,16 @@ fn deployment(
         }
     }))
     .expect("deployment")
+}
+
+/// The Deployment with its pods annotated `karpenter.sh/do-not-disrupt: "true"`.
+fn do_not_disrupt(mut d: Deployment) -> Deployment {
+    d.spec
+        .template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .annotations = Some([("karpenter.sh/do-not-disrupt".into(), "true".into())].into());
+    d
 }
 
 fn running(pods: &[Pod]) -> usize {
@@ -1781,19 +1792,7 @@ async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lift
         )
         .await
         .expect("big");
-    let mut small = deployment("small", &s.cluster, 1, "500m", json!({}));
-    small
-        .spec
-        .template
-        .metadata
-        .get_or_insert_with(Default::default)
-        .annotations = Some(
-        [(
-            "karpenter.sh/do-not-disrupt".to_string(),
-            "true".to_string(),
-        )]
-        .into(),
-    );
+    let small = do_not_disrupt(deployment("small", &s.cluster, 1, "500m", json!({})));
     deployments
         .create(&PostParams::default(), &small)
         .await
@@ -1900,6 +1899,120 @@ async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lift
 
     deployments
         .delete("small", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_grace_period_ends() {
+    let _turn = TURN.lock().await;
+    let s = Setup::new("dis-tgp", "templates: { dir: nodes }").await;
+    write_templates(&s, "      terminationGracePeriod: 20s\n");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28290, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    // Its own grace period (0 s) fits in any deadline, so only the deadline can move it.
+    let guarded = do_not_disrupt(deployment(
+        "guarded",
+        &s.cluster,
+        1,
+        "1",
+        json!({"terminationGracePeriodSeconds": 0}),
+    ));
+    deployments
+        .create(&PostParams::default(), &guarded)
+        .await
+        .expect("guarded");
+    all_running(&pods, "app=guarded", 1).await;
+    let pod = pods
+        .list(&ListParams::default().labels("app=guarded"))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let node = pod.spec.as_ref().and_then(|p| p.node_name.clone()).unwrap();
+    let claims = world_claims(&admin, &s.cluster).await;
+    let claim = claims
+        .iter()
+        .find(|c| c.data["status"]["nodeName"] == node.as_str())
+        .and_then(|c| c.metadata.name.clone())
+        .expect("the pod's NodeClaim");
+
+    let api = nodeclaims(&admin);
+    api.delete(&claim, &DeleteParams::default())
+        .await
+        .expect("delete the NodeClaim");
+    let deleted = Instant::now();
+    // The deadline is recorded where upstream records it: deletion time + 20 s.
+    let recorded = wait_for(
+        "the termination timestamp",
+        Duration::from_secs(15),
+        || async {
+            let c = api.get(&claim).await.ok()?;
+            let at = c
+                .annotations()
+                .get("karpenter.sh/nodeclaim-termination-timestamp")?;
+            Some((at.clone(), c.metadata.deletion_timestamp.clone()?))
+        },
+    )
+    .await;
+    let at: k8s_openapi::jiff::Timestamp = recorded.0.parse().expect("RFC 3339");
+    assert_eq!(
+        at.as_second() - recorded.1 .0.as_second(),
+        20,
+        "{recorded:?}"
+    );
+
+    // Well before the deadline the node is tainted and draining, but the pod stays put.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        api.get_opt(&claim).await.unwrap().is_some(),
+        "still draining"
+    );
+    let still = pods
+        .get(&pod.name_any())
+        .await
+        .expect("the guarded pod stays");
+    assert!(still.metadata.deletion_timestamp.is_none());
+    let tainted = Api::<Node>::all(admin.clone()).get(&node).await.unwrap();
+    assert!(tainted
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == "karpenter.sh/disrupted"));
+
+    // At the deadline the pod is deleted regardless and the node goes.
+    wait_for("the NodeClaim gone", Duration::from_secs(60), || async {
+        api.get_opt(&claim).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        deleted.elapsed() >= Duration::from_secs(19),
+        "not before the deadline: {:?}",
+        deleted.elapsed()
+    );
+    assert!(pods.get_opt(&pod.name_any()).await.unwrap().is_none());
+    assert!(Api::<Node>::all(admin.clone())
+        .get_opt(&node)
+        .await
+        .unwrap()
+        .is_none());
+    // The Deployment's new pod runs on a new node.
+    all_running(&pods, "app=guarded", 1).await;
+
+    deployments
+        .delete("guarded", &DeleteParams::default())
         .await
         .expect("delete");
     teardown(&s);

@@ -112,6 +112,17 @@ fn do_not_disrupt(value: Option<&String>, started: Option<Timestamp>, now: Times
     }
 }
 
+/// A pod annotated `karpenter.sh/do-not-disrupt: "true"`, or with a duration it has not yet
+/// run for.
+pub fn pod_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0);
+    do_not_disrupt(pod.annotations().get(labels::DO_NOT_DISRUPT), started, now)
+}
+
 /// The price of the instance a NodeClaim launched (its labels name type, zone, capacity type).
 pub fn claim_price(
     claim: &NodeClaim,
@@ -259,14 +270,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
             ));
             continue;
         }
-        if let Some(p) = pods.iter().find(|p| {
-            let started = p
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0);
-            do_not_disrupt(p.annotations().get(labels::DO_NOT_DISRUPT), started, now)
-        }) {
+        if let Some(p) = pods.iter().find(|p| pod_do_not_disrupt(p, now)) {
             decision.kept.push((
                 name,
                 format!(

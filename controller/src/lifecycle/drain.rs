@@ -1,11 +1,21 @@
 //! Draining a node before its instance goes: taint it so nothing new lands, then evict its
 //! pods through the eviction API, which honours PodDisruptionBudgets (a 429 means a budget
-//! says not now: retried on the next pass).
+//! says not now: retried on the next pass). Pods annotated `karpenter.sh/do-not-disrupt` are
+//! not evicted; they block the drain until they finish. A NodeClaim's
+//! `terminationGracePeriod` bounds all of it: pods whose own grace period would outlast the
+//! deadline are deleted early with what is left of it, so they end by then, and at the deadline
+//! whatever remains is deleted regardless of budgets and annotations and the instance goes.
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
+
+use crate::api::nodeclaim::NodeClaim;
+use crate::disruption::decide::pod_do_not_disrupt;
 
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 
@@ -48,29 +58,226 @@ pub async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// Evicts what is left on the node; returns how many pods still block its deletion.
-pub async fn evict(client: &kube::Client, node: &str) -> Result<usize, kube::Error> {
+/// Kubernetes' default when a pod does not set `terminationGracePeriodSeconds`.
+const DEFAULT_POD_GRACE: i64 = 30;
+
+/// The annotation upstream Karpenter records the drain deadline in (RFC 3339).
+pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+
+/// When a deleting NodeClaim's node must be gone: its deletion time plus the
+/// `terminationGracePeriod` it was created with; `None` drains for as long as it takes.
+pub fn deadline(claim: &NodeClaim) -> Option<Timestamp> {
+    let deleted = claim.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = claim.spec.termination_grace_period?.0;
+    let grace = k8s_openapi::jiff::SignedDuration::try_from(grace).ok()?;
+    deleted.checked_add(grace).ok()
+}
+
+/// What the drain does with one pod on this pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodStep {
+    /// Does not hold the node (DaemonSet, mirror or finished pod).
+    Ignore,
+    /// Holds the node, and nothing is to be done now (terminating, or do-not-disrupt).
+    Wait,
+    Evict,
+    /// Delete with this grace period, bypassing budgets: the deadline is near or past.
+    Delete {
+        grace_seconds: i64,
+    },
+}
+
+pub fn pod_step(pod: &Pod, now: Timestamp, deadline: Option<Timestamp>) -> PodStep {
+    if !must_evict(pod) {
+        return PodStep::Ignore;
+    }
+    if let Some(deadline) = deadline {
+        let left = (deadline.as_second() - now.as_second()).max(0);
+        let delete = PodStep::Delete {
+            grace_seconds: left,
+        };
+        match &pod.metadata.deletion_timestamp {
+            // Terminating: its deletionTimestamp is when its grace period ends. Shorten it when
+            // it ends after the deadline (a grace period can only shrink); at the deadline,
+            // whatever is still there goes at once.
+            Some(ends) if ends.0 > deadline || left == 0 => return delete,
+            Some(_) => {}
+            None => {
+                let grace = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .unwrap_or(DEFAULT_POD_GRACE);
+                if grace >= left {
+                    return delete;
+                }
+            }
+        }
+    }
+    if pod.metadata.deletion_timestamp.is_some() || pod_do_not_disrupt(pod, now) {
+        PodStep::Wait
+    } else {
+        PodStep::Evict
+    }
+}
+
+/// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
+/// still hold it.
+pub async fn drain(
+    client: &kube::Client,
+    node: &str,
+    deadline: Option<Timestamp>,
+) -> Result<usize, kube::Error> {
     let pods: Api<Pod> = Api::all(client.clone());
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await?;
+    let now = Timestamp::now();
     let mut left = 0;
-    for pod in on_node.items.iter().filter(|p| must_evict(p)) {
-        left += 1;
-        if pod.metadata.deletion_timestamp.is_some() {
+    for pod in &on_node.items {
+        let step = pod_step(pod, now, deadline);
+        if step == PodStep::Ignore {
             continue;
         }
+        left += 1;
         let ns: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        match ns.evict(&pod.name_any(), &EvictParams::default()).await {
-            Ok(_) => {
-                tracing::info!(node, pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), "evicted pod")
+        let id = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let result = match step {
+            PodStep::Ignore | PodStep::Wait => continue,
+            PodStep::Evict => ns
+                .evict(&pod.name_any(), &EvictParams::default())
+                .await
+                .map(|_| tracing::info!(node, pod = %id, "evicted pod")),
+            PodStep::Delete { grace_seconds } => {
+                let params = DeleteParams {
+                    grace_period_seconds: Some(u32::try_from(grace_seconds).unwrap_or(0)),
+                    ..DeleteParams::default()
+                };
+                ns.delete(&pod.name_any(), &params).await.map(|_| {
+                    tracing::info!(node, pod = %id, grace_seconds, "deleted pod: the NodeClaim's terminationGracePeriod ends")
+                })
             }
+        };
+        match result {
+            Ok(()) => {}
             Err(kube::Error::Api(s)) if s.code == 429 => {
-                tracing::info!(node, pod = %pod.name_any(), "eviction refused by a PodDisruptionBudget; retrying");
+                tracing::info!(node, pod = %id, "eviction refused by a PodDisruptionBudget; retrying");
             }
             Err(kube::Error::Api(s)) if s.code == 404 => left -= 1,
             Err(e) => return Err(e),
         }
     }
     Ok(left)
+}
+
+/// How long until the next drain pass: the usual 2 s, or sooner when the deadline is nearer.
+pub fn next_pass(now: Timestamp, deadline: Option<Timestamp>) -> Duration {
+    let usual = Duration::from_secs(2);
+    match deadline {
+        Some(d) => {
+            let left = Duration::try_from(d.duration_since(now)).unwrap_or_default();
+            usual.min(left.max(Duration::from_millis(200)))
+        }
+        None => usual,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn pod(grace: Option<i64>, annotations: &[(&str, &str)]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: grace,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn without_a_deadline_pods_are_evicted_and_do_not_disrupt_ones_wait() {
+        assert_eq!(pod_step(&pod(None, &[]), at(0), None), PodStep::Evict);
+        let protected = pod(None, &[("karpenter.sh/do-not-disrupt", "true")]);
+        assert_eq!(pod_step(&protected, at(0), None), PodStep::Wait);
+        let mut terminating = pod(None, &[]);
+        terminating.metadata.deletion_timestamp = Some(Time(at(30)));
+        assert_eq!(pod_step(&terminating, at(0), None), PodStep::Wait);
+    }
+
+    #[test]
+    fn a_pod_whose_grace_period_outlasts_the_deadline_is_deleted_early_with_what_is_left() {
+        let deadline = Some(at(100));
+        // 30 s default grace, 100 s left: evicted as usual.
+        assert_eq!(pod_step(&pod(None, &[]), at(0), deadline), PodStep::Evict);
+        // 120 s grace would end after the deadline: deleted now with the 100 s left.
+        assert_eq!(
+            pod_step(&pod(Some(120), &[]), at(0), deadline),
+            PodStep::Delete { grace_seconds: 100 }
+        );
+        // do-not-disrupt waits until its grace period would no longer fit.
+        let protected = pod(Some(30), &[("karpenter.sh/do-not-disrupt", "true")]);
+        assert_eq!(pod_step(&protected, at(50), deadline), PodStep::Wait);
+        assert_eq!(
+            pod_step(&protected, at(75), deadline),
+            PodStep::Delete { grace_seconds: 25 }
+        );
+    }
+
+    #[test]
+    fn terminating_pods_end_by_the_deadline_and_at_it_everything_left_goes_at_once() {
+        let deadline = Some(at(100));
+        let mut terminating = pod(Some(600), &[]);
+        terminating.metadata.deletion_timestamp = Some(Time(at(500)));
+        assert_eq!(
+            pod_step(&terminating, at(50), deadline),
+            PodStep::Delete { grace_seconds: 50 },
+            "shortened to end by the deadline"
+        );
+        terminating.metadata.deletion_timestamp = Some(Time(at(100)));
+        assert_eq!(pod_step(&terminating, at(60), deadline), PodStep::Wait);
+        assert_eq!(
+            pod_step(&terminating, at(100), deadline),
+            PodStep::Delete { grace_seconds: 0 }
+        );
+        let protected = pod(Some(0), &[("karpenter.sh/do-not-disrupt", "true")]);
+        assert_eq!(
+            pod_step(&protected, at(130), deadline),
+            PodStep::Delete { grace_seconds: 0 }
+        );
+    }
+
+    #[test]
+    fn daemonset_and_finished_pods_never_hold_the_node() {
+        let mut daemon = pod(None, &[]);
+        daemon.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                kind: "DaemonSet".into(),
+                name: "d".into(),
+                api_version: "apps/v1".into(),
+                uid: "u".into(),
+                ..Default::default()
+            },
+        ]);
+        assert_eq!(pod_step(&daemon, at(0), Some(at(0))), PodStep::Ignore);
+    }
+
+    #[test]
+    fn the_next_pass_comes_no_later_than_the_deadline() {
+        assert_eq!(next_pass(at(0), None), Duration::from_secs(2));
+        assert_eq!(next_pass(at(0), Some(at(1))), Duration::from_secs(1));
+        assert_eq!(next_pass(at(5), Some(at(1))), Duration::from_millis(200));
+    }
 }

@@ -91,6 +91,13 @@ async fn patch_status(
     Ok(())
 }
 
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 fn find_node(ctx: &Ctx, provider_id: &str) -> Option<Arc<Node>> {
     ctx.stores
         .nodes
@@ -144,11 +151,7 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error
         else {
             return Ok(Action::requeue(PROGRESS));
         };
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let ready = node_ready(&node);
         let taints = node
             .spec
             .as_ref()
@@ -309,6 +312,16 @@ async fn register(claim: &NodeClaim, node: &Node, ctx: &Ctx) -> Result<(), kube:
     Ok(())
 }
 
+async fn instance_gone(ctx: &Ctx, instance: Option<&str>) -> Result<bool, LaunchError> {
+    Ok(match instance {
+        None => true,
+        Some(id) => matches!(
+            ctx.cloud.instance_state(id).await?.as_deref(),
+            None | Some("terminated" | "shutting-down")
+        ),
+    })
+}
+
 /// Drain, terminate, wait for the instance to go, delete the Node, release the finalizer.
 async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result<Action, Error> {
     let name = claim.name_any();
@@ -325,14 +338,6 @@ async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result
         Some(n) => nodes.get_opt(n).await?,
         None => None,
     };
-    if let Some(node) = &node {
-        drain::taint(&nodes, node).await?;
-        let left = drain::evict(&ctx.client, &node.name_any()).await?;
-        if left > 0 {
-            tracing::info!(nodeclaim = %name, node = %node.name_any(), pods = left, "draining");
-            return Ok(Action::requeue(Duration::from_secs(2)));
-        }
-    }
     // The instance: the recorded one, or one a crashed launch made but never recorded.
     let instance = match status.provider_id.as_deref().and_then(instance_id) {
         Some(id) => Some(id.to_string()),
@@ -342,6 +347,39 @@ async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result
             .await?
             .map(|(l, _)| l.instance_id),
     };
+    let deadline = drain::deadline(claim);
+    if let Some(at) = deadline {
+        if !claim
+            .annotations()
+            .contains_key(drain::TERMINATION_TIMESTAMP)
+        {
+            let patch = json!({"metadata": {"annotations": {drain::TERMINATION_TIMESTAMP: at.to_string()}}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+    }
+    if let Some(node) = &node {
+        drain::taint(&nodes, node).await?;
+        let left = drain::drain(&ctx.client, &node.name_any(), deadline).await?;
+        if left > 0 {
+            let now = Timestamp::now();
+            let expired = deadline.is_some_and(|d| now >= d);
+            // A node whose instance AWS already took (a spot reclaim) has nothing left to
+            // drain to: its pods are gone with it.
+            let lost =
+                !expired && !node_ready(node) && instance_gone(ctx, instance.as_deref()).await?;
+            if !expired && !lost {
+                tracing::info!(nodeclaim = %name, node = %node.name_any(), pods = left, "draining");
+                return Ok(Action::requeue(drain::next_pass(now, deadline)));
+            }
+            let note = if expired {
+                format!("{left} pod(s) still on the node were deleted at the end of the terminationGracePeriod; terminating the instance")
+            } else {
+                format!("the instance is gone; {left} pod(s) on the node could not be drained")
+            };
+            event(ctx, claim, true, "DrainIncomplete", note).await;
+        }
+    }
     if let Some(id) = instance {
         match ctx.cloud.instance_state(&id).await?.as_deref() {
             None | Some("terminated") | Some("shutting-down") => {}
