@@ -11,7 +11,10 @@ body) and moto's answer comes back unchanged. It handles:
 - SSM GetParameter(s) for the EKS optimized AL2023 AMI parameters.
 - EC2 CreateFleet Type=instant: picks overrides by the fixture prices, honours injected
   insufficient-capacity errors, launches through moto's RunInstances with the launch
-  template's settings applied.
+  template's settings applied; a launch template targeting a capacity reservation launches
+  into it (its instance type and zone, while it has room).
+- EC2 capacity reservations: Create, Describe (ids, filters, pages), Cancel; the available
+  count is the total less the reservation's instances that are not terminated.
 - Fault injection (throttling, 5xx, latency, fail the Nth mutating call, ICE) and a call
   log, controlled under /_gap/ (see README.md).
 
@@ -387,6 +390,8 @@ class Gap:
             self.access_policies = {}  # (region, cluster, principalArn) -> {policyArn: assoc}
             self.associations = {}  # (region, cluster) -> {associationId: association}
             self.addons = {}  # (region, cluster) -> {name: addon}
+            self.reservations = {}  # region -> {capacityReservationId: reservation}
+            self.reserved_instances = {}  # instance id -> capacityReservationId
             # (region, cluster) -> {"oidc": False, "authenticationMode": ...}: how a test
             # makes DescribeCluster report a cluster moto cannot express.
             self.cluster_overrides = {}
@@ -1463,14 +1468,15 @@ def handle_create_fleet(gap, call):
                                    f"in your request or choosing other Availability Zones."))
                     pools.remove(c)
                     continue
-                err = arch_mismatch(gap, region, c, type_info)
+                err = arch_mismatch(gap, region, c, type_info) or reservation_refusal(gap, region, c)
                 if err:
                     errors.append((c, lifecycle) + err)
                     pools.remove(c)
                     continue
                 args = run_args(c["lt_data"], c["override"], c["subnet"], lifecycle,
                                 tag_specs_for_instances(fleet_tags, c["lt_data"].get("TagSpecifications") or []))
-                launch_count = 1 if per_pool else need
+                # A reservation holds what is left in it, and one instance is checked at a time.
+                launch_count = 1 if per_pool or targeted_reservation(c) else need
                 ids = []
                 failed = None
                 for _ in range(launch_count):
@@ -1480,6 +1486,10 @@ def handle_create_fleet(gap, call):
                     except botocore.exceptions.ClientError as e:
                         failed = (e.response["Error"]["Code"], e.response["Error"]["Message"])
                         break
+                if ids and targeted_reservation(c):
+                    with gap.lock:
+                        for i in ids:
+                            gap.reserved_instances[i] = targeted_reservation(c)
                 if ids:
                     launched.setdefault((c["index"], lifecycle), (c, lifecycle, []))[2].extend(ids)
                     need -= len(ids)
@@ -1512,6 +1522,136 @@ def handle_create_fleet(gap, call):
                                        f"<fleetInstanceSet>{inst_xml}</fleetInstanceSet>")
 
 
+def targeted_reservation(cand):
+    spec = cand["lt_data"].get("CapacityReservationSpecification") or {}
+    return (spec.get("CapacityReservationTarget") or {}).get("CapacityReservationId")
+
+
+def reservation_refusal(gap, region, cand):
+    """Why EC2 would not launch this candidate into the reservation its template targets."""
+    rid = targeted_reservation(cand)
+    if not rid:
+        return None
+    with gap.lock:
+        r = gap.reservations.get(region, {}).get(rid)
+    if r is None or r["state"] != "active":
+        return ("InvalidCapacityReservationId.NotFound",
+                f"The capacity reservation ID '{rid}' does not exist or is not active.")
+    if r["instanceType"] != cand["instance_type"] or r["availabilityZone"] != cand["zone"]:
+        return ("InvalidParameterValue",
+                f"The instance type and Availability Zone ({cand['instance_type']}, {cand['zone']}) "
+                f"do not match those of capacity reservation {rid} "
+                f"({r['instanceType']}, {r['availabilityZone']}).")
+    if available_in(gap, region, r) < 1:
+        return ("ReservationCapacityExceeded",
+                "The requested number of instances exceeds the capacity available in the "
+                f"targeted Capacity Reservation {rid}.")
+    return None
+
+
+def available_in(gap, region, r):
+    with gap.lock:
+        ids = [i for i, rid in gap.reserved_instances.items() if rid == r["capacityReservationId"]]
+    used = 0
+    if ids:
+        ec2 = gap.client("ec2", region)
+        for res in ec2.describe_instances(InstanceIds=ids)["Reservations"]:
+            for inst in res["Instances"]:
+                if inst["State"]["Name"] not in ("terminated", "shutting-down"):
+                    used += 1
+    return max(0, r["totalInstanceCount"] - used)
+
+
+# ---- capacity reservations ---------------------------------------------------------------
+
+
+def handle_create_capacity_reservation(gap, call):
+    p = call.params
+    for required in ("InstanceType", "InstancePlatform", "InstanceCount"):
+        if not p.get(required):
+            raise AwsError("MissingParameter", f"The request must contain the parameter {required}")
+    zone = p.get("AvailabilityZone")
+    if not zone:
+        raise AwsError("MissingParameter", "The request must contain the parameter AvailabilityZone")
+    tags = {}
+    for spec in as_list(p.get("TagSpecifications")) + as_list(p.get("TagSpecification")):
+        for t in as_list(spec.get("Tag")) + as_list(spec.get("Tags")):
+            tags[t["Key"]] = t.get("Value", "")
+    rid = "cr-" + uuid.uuid4().hex[:17]
+    r = {"capacityReservationId": rid, "ownerId": ACCOUNT,
+         "capacityReservationArn": f"arn:aws:ec2:{call.region}:{ACCOUNT}:capacity-reservation/{rid}",
+         "availabilityZone": zone, "instanceType": p["InstanceType"],
+         "instancePlatform": p["InstancePlatform"], "totalInstanceCount": int(p["InstanceCount"]),
+         "state": "active", "instanceMatchCriteria": p.get("InstanceMatchCriteria") or "open",
+         "endDateType": p.get("EndDateType") or "unlimited", "endDate": p.get("EndDate"),
+         "reservationType": "default", "tags": tags}
+    with gap.lock:
+        gap.reservations.setdefault(call.region, {})[rid] = r
+    return ec2_response("CreateCapacityReservation",
+                        f"<capacityReservation>{reservation_xml(gap, call.region, r)}</capacityReservation>")
+
+
+def reservation_xml(gap, region, r):
+    keys = ("capacityReservationId", "ownerId", "capacityReservationArn", "availabilityZone",
+            "instanceType", "instancePlatform", "totalInstanceCount", "state",
+            "instanceMatchCriteria", "endDateType", "endDate", "reservationType")
+    body = "".join(x(k, r[k]) for k in keys)
+    body += x("availableInstanceCount", available_in(gap, region, r))
+    body += "<tagSet>" + "".join(f"<item>{x('key', k)}{x('value', v)}</item>"
+                                 for k, v in sorted(r["tags"].items())) + "</tagSet>"
+    return body
+
+
+def handle_describe_capacity_reservations(gap, call):
+    p = call.params
+    ids = set(as_list(p.get("CapacityReservationId")))
+    with gap.lock:
+        known = dict(gap.reservations.get(call.region, {}))
+    missing = sorted(i for i in ids if i not in known)
+    if missing:
+        raise AwsError("InvalidCapacityReservationId.NotFound",
+                       f"The capacity reservation ID '{missing[0]}' does not exist.")
+    def keep(r):
+        if ids and r["capacityReservationId"] not in ids:
+            return False
+        for flt in as_list(p.get("Filter")):
+            name, vals = flt.get("Name", ""), set(as_list(flt.get("Value")))
+            if name.startswith("tag:"):
+                ok = r["tags"].get(name[4:]) in vals
+            elif name == "tag-key":
+                ok = bool(vals & set(r["tags"]))
+            else:
+                field = {"owner-id": "ownerId", "state": "state", "instance-type": "instanceType",
+                         "availability-zone": "availabilityZone",
+                         "instance-match-criteria": "instanceMatchCriteria"}.get(name)
+                if field is None:
+                    raise AwsError("InvalidParameterValue", f"The filter '{name}' is invalid")
+                ok = str(r[field]) in vals
+            if not ok:
+                return False
+        return True
+    items = [r for _, r in sorted(known.items()) if keep(r)]
+    limit = int(p.get("MaxResults") or 1000)
+    start = decode_token(p.get("NextToken"))
+    chunk = items[start:start + limit]
+    token = encode_token(start + limit) if start + limit < len(items) else None
+    xml = ("<capacityReservationSet>"
+           + "".join(f"<item>{reservation_xml(gap, call.region, r)}</item>" for r in chunk)
+           + "</capacityReservationSet>" + x("nextToken", token))
+    return ec2_response("DescribeCapacityReservations", xml)
+
+
+def handle_cancel_capacity_reservation(gap, call):
+    rid = call.params.get("CapacityReservationId")
+    with gap.lock:
+        r = gap.reservations.get(call.region, {}).get(rid)
+        if r is None:
+            raise AwsError("InvalidCapacityReservationId.NotFound",
+                           f"The capacity reservation ID '{rid}' does not exist.")
+        r["state"] = "cancelled"
+    return ec2_response("CancelCapacityReservation", x("return", "true"))
+
+
 def arch_mismatch(gap, region, cand, type_info):
     image = cand["override"].get("ImageId") or cand["lt_data"].get("ImageId")
     info = type_info.get(cand["instance_type"])
@@ -1542,6 +1682,12 @@ def route(gap, call):
             return handle_spot_price_history(gap, call)
         if call.operation == "CreateFleet":
             return handle_create_fleet(gap, call)
+        if call.operation == "CreateCapacityReservation":
+            return handle_create_capacity_reservation(gap, call)
+        if call.operation == "DescribeCapacityReservations":
+            return handle_describe_capacity_reservations(gap, call)
+        if call.operation == "CancelCapacityReservation":
+            return handle_cancel_capacity_reservation(gap, call)
     return None
 
 

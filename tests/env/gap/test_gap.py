@@ -584,6 +584,57 @@ def create_fleet_insufficient_capacity():
 
 
 @test
+def capacity_reservations_and_fleets_that_target_them():
+    ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    sub = w["subnets"]["private"]
+    _, profile, ids = fleet_setup(ec2, iam, ssm, w)
+    cr = ec2.create_capacity_reservation(
+        InstanceType="m5.large", InstancePlatform="Linux/UNIX", AvailabilityZone="us-east-1a",
+        InstanceCount=1, InstanceMatchCriteria="targeted",
+        TagSpecifications=[{"ResourceType": "capacity-reservation",
+                            "Tags": [{"Key": "team", "Value": "gap-test"}]}])["CapacityReservation"]
+    rid = cr["CapacityReservationId"]
+    assert rid.startswith("cr-") and cr["AvailableInstanceCount"] == 1 and cr["State"] == "active"
+    (found,) = ec2.describe_capacity_reservations(
+        Filters=[{"Name": "tag:team", "Values": ["gap-test"]}])["CapacityReservations"]
+    assert found["CapacityReservationId"] == rid and found["InstanceMatchCriteria"] == "targeted"
+    assert found["OwnerId"] and found["InstanceType"] == "m5.large"
+    expect_error("InvalidCapacityReservationId.NotFound", 400,
+                 ec2.describe_capacity_reservations, CapacityReservationIds=["cr-00000000000000000"])
+    targeted = ec2.create_launch_template(
+        LaunchTemplateName=unique("jointer-test-cr"),
+        LaunchTemplateData={"ImageId": ids["x86_64"], "IamInstanceProfile": {"Arn": profile},
+                            "SecurityGroupIds": [w["securityGroups"]["node"]],
+                            "CapacityReservationSpecification": {
+                                "CapacityReservationTarget": {"CapacityReservationId": rid}}},
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    here = [{"InstanceType": "m5.large", "SubnetId": sub["us-east-1a"]}]
+    launched = []
+    try:
+        # Another zone than the reservation's is refused.
+        out = fleet(ec2, targeted, [{"InstanceType": "m5.large", "SubnetId": sub["us-east-1b"]}])
+        assert out["Instances"] == [] and out["Errors"][0]["ErrorCode"] == "InvalidParameterValue", out
+        # Into the reservation, once: then it is full.
+        out = fleet(ec2, targeted, here, total=2)
+        assert [len(i["InstanceIds"]) for i in out["Instances"]] == [1], out
+        assert [e["ErrorCode"] for e in out["Errors"]] == ["ReservationCapacityExceeded"], out["Errors"]
+        launched += out["Instances"][0]["InstanceIds"]
+        (now,) = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
+        assert now["AvailableInstanceCount"] == 0, now
+        # Its instance gone, the room is back.
+        ec2.terminate_instances(InstanceIds=launched)
+        (now,) = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
+        assert now["AvailableInstanceCount"] == 1, now
+        ec2.cancel_capacity_reservation(CapacityReservationId=rid)
+        out = fleet(ec2, targeted, here)
+        assert out["Errors"][0]["ErrorCode"] == "InvalidCapacityReservationId.NotFound", out
+    finally:
+        if launched:
+            ec2.terminate_instances(InstanceIds=launched)
+
+
+@test
 def fault_injection():
     ec2, ssm, eks = client("ec2"), client("ssm"), client("eks")
     try:
