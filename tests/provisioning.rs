@@ -2021,3 +2021,125 @@ async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_gra
         .delete(&ns, &DeleteParams::default())
         .await;
 }
+
+#[tokio::test]
+async fn a_capacity_reservation_is_filled_first_and_then_on_demand_takes_over() {
+    use aws_sdk_ec2::types::{CapacityReservationInstancePlatform, InstanceMatchCriteria};
+    let _turn = TURN.lock().await;
+    let s = Setup::new("prov-reserved", "templates: { dir: nodes }").await;
+    let ec2 = aws_sdk_ec2::Client::new(&testenv::aws().await);
+    let reservation = ec2
+        .create_capacity_reservation()
+        .instance_type("m5.large")
+        .instance_platform(CapacityReservationInstancePlatform::LinuxUnix)
+        .availability_zone("us-east-1a")
+        .instance_count(1)
+        .instance_match_criteria(InstanceMatchCriteria::Targeted)
+        .send()
+        .await
+        .expect("create a capacity reservation")
+        .capacity_reservation
+        .and_then(|r| r.capacity_reservation_id)
+        .expect("its id");
+    write_templates(&s, "");
+    let class = s.ws.read("nodes/class.yaml")
+        + &format!("  capacityReservationSelectorTerms: [ {{ id: {reservation} }} ]\n");
+    s.ws.write("nodes/class.yaml", &class);
+    let general =
+        s.ws.read("nodes/general.yaml")
+            .replace("values: [on-demand] }", "values: [reserved, on-demand] }");
+    s.ws.write("nodes/general.yaml", &general);
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28300, None);
+    let _cleanup = TeardownOnPanic(&s);
+    let ns = s.cluster.clone();
+    namespace(&admin, &ns).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+
+    // The class lists the reservation it selects.
+    let classes = dynamic(
+        &admin,
+        "karpenter.k8s.aws",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+    );
+    wait_for(
+        "the class resolves its reservation",
+        Duration::from_secs(30),
+        || async {
+            let c = classes.get(&s.cluster).await.ok()?;
+            (c.data["status"]["capacityReservations"][0]["id"] == reservation.as_str()
+                && condition(&c, "CapacityReservationsReady"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Two pods that may not share a node: one node fills the reservation (room for one),
+    // the other is on-demand.
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("pair", &s.cluster, 2, "1", apart("pair")),
+        )
+        .await
+        .expect("pair");
+    all_running(&pods, "app=pair", 2).await;
+    let claims = world_claims(&admin, &s.cluster).await;
+    assert_eq!(claims.len(), 2, "{claims:#?}");
+    let label = |c: &DynamicObject, key: &str| {
+        c.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key).cloned())
+            .unwrap_or_default()
+    };
+    let (reserved, other): (Vec<&DynamicObject>, Vec<&DynamicObject>) = claims
+        .iter()
+        .partition(|c| label(c, "karpenter.sh/capacity-type") == "reserved");
+    assert_eq!(reserved.len(), 1, "{claims:#?}");
+    let reserved = reserved[0];
+    assert_eq!(
+        label(reserved, "karpenter.k8s.aws/capacity-reservation-id"),
+        reservation
+    );
+    assert_eq!(
+        label(reserved, "node.kubernetes.io/instance-type"),
+        "m5.large"
+    );
+    assert_eq!(label(reserved, "topology.kubernetes.io/zone"), "us-east-1a");
+    assert_eq!(label(other[0], "karpenter.sh/capacity-type"), "on-demand");
+    let node = reserved.data["status"]["nodeName"]
+        .as_str()
+        .expect("nodeName");
+    let node = Api::<Node>::all(admin.clone()).get(node).await.unwrap();
+    assert_eq!(
+        node.labels()
+            .get("karpenter.k8s.aws/capacity-reservation-id"),
+        Some(&reservation)
+    );
+    let room = |ec2: aws_sdk_ec2::Client, id: String| async move {
+        ec2.describe_capacity_reservations()
+            .capacity_reservation_ids(id)
+            .send()
+            .await
+            .expect("describe the reservation")
+            .capacity_reservations()[0]
+            .available_instance_count()
+    };
+    assert_eq!(room(ec2.clone(), reservation.clone()).await, Some(0));
+
+    deployments
+        .delete("pair", &DeleteParams::default())
+        .await
+        .expect("delete");
+    teardown(&s);
+    drop(controller);
+    // Its instance terminated, the reservation has room again.
+    assert_eq!(room(ec2.clone(), reservation.clone()).await, Some(1));
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}

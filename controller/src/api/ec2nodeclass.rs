@@ -363,8 +363,11 @@ pub struct EC2NodeClassStatus {
     pub amis: Vec<ResolvedAmi>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
+    /// The active capacity reservations `capacityReservationSelectorTerms` select.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservations: Vec<ResolvedCapacityReservation>,
     /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
-    /// `ValidationSucceeded` → `Ready`.
+    /// `CapacityReservationsReady` → `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -384,6 +387,24 @@ pub struct ResolvedSecurityGroup {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedCapacityReservation {
+    pub id: String,
+    pub availability_zone: String,
+    pub instance_type: String,
+    #[serde(rename = "ownerID")]
+    pub owner_id: String,
+    /// `open` (any matching launch may use it) or `targeted` (only launches naming it).
+    pub instance_match_criteria: String,
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    /// `active` or `expiring`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]

@@ -3,6 +3,8 @@
 pub const NODEPOOL: &str = "karpenter.sh/nodepool";
 pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+/// The capacity reservation a `reserved` node was launched into.
+pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
 pub const ARCH: &str = "kubernetes.io/arch";
 pub const OS: &str = "kubernetes.io/os";
 pub const HOSTNAME: &str = "kubernetes.io/hostname";

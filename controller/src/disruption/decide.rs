@@ -19,6 +19,7 @@ use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::api::NodePool;
+use crate::cloud::aws::instance_types::RESERVED_PRICE_FACTOR;
 use crate::lifecycle::conditions::{is_true, INITIALIZED};
 use crate::lifecycle::drain::{must_evict, DISRUPTED_TAINT};
 use crate::provisioning::snapshot::{build, node_is_going, Snapshot};
@@ -134,14 +135,24 @@ pub fn claim_price(
         l.get(labels::ZONE)?,
         CapacityType::parse(l.get(labels::CAPACITY_TYPE)?)?,
     );
-    types
+    let offerings = &types
         .get(&claim.spec.node_class_ref.name)?
         .iter()
         .find(|it| &it.name == t)?
-        .offerings
-        .iter()
-        .find(|o| &o.zone == zone && o.capacity_type == ct)
-        .map(|o| o.price)
+        .offerings;
+    let price = |ct: CapacityType| {
+        offerings
+            .iter()
+            .find(|o| &o.zone == zone && o.capacity_type == ct)
+            .map(|o| o.price)
+    };
+    // A full reservation is no longer offered, yet its nodes cost what reserved ones do.
+    price(ct).or_else(|| {
+        (ct == CapacityType::Reserved)
+            .then(|| price(CapacityType::OnDemand))
+            .flatten()
+            .map(|od| od * RESERVED_PRICE_FACTOR)
+    })
 }
 
 fn worst_price(t: &InstanceType, req: &Requirements) -> Option<f64> {

@@ -69,6 +69,9 @@ pub struct Verdicts {
     pub security_groups: Found<()>,
     pub amis: Found<()>,
     pub instance_profile: Found<()>,
+    /// Fails only when AWS cannot be asked: a class whose reservations have all ended is
+    /// still usable (on-demand and spot).
+    pub capacity_reservations: Found<()>,
 }
 
 fn condition(
@@ -99,7 +102,7 @@ fn condition(
     }
 }
 
-/// The four part conditions and `Ready`, which is True only when all four are.
+/// The part conditions and `Ready`, which is True only when all of them are.
 pub fn conditions(v: &Verdicts, previous: &[Condition], generation: Option<i64>) -> Vec<Condition> {
     let parts = [
         (
@@ -120,6 +123,12 @@ pub fn conditions(v: &Verdicts, previous: &[Condition], generation: Option<i64>)
             &v.instance_profile,
             "InstanceProfileReady",
             "InstanceProfileNotReady",
+        ),
+        (
+            "CapacityReservationsReady",
+            &v.capacity_reservations,
+            "CapacityReservationsResolved",
+            "CapacityReservationsNotResolved",
         ),
     ];
     let mut out: Vec<Condition> = parts
@@ -163,6 +172,7 @@ mod tests {
             security_groups: Ok(()),
             amis: Ok(()),
             instance_profile: Ok(()),
+            capacity_reservations: Ok(()),
         };
         let c = conditions(&v, &[], Some(1));
         assert_eq!(c[0].status, "False");

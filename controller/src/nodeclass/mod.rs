@@ -68,11 +68,13 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Er
     let security_groups = resolve::security_groups(&ctx, &class).await;
     let amis = resolve::amis(&ctx, &class).await;
     let profile = resolve::instance_profile(&ctx, &class).await;
+    let reservations = resolve::capacity_reservations(&ctx, &class).await;
     let verdicts = Verdicts {
         subnets: subnets.as_ref().map(|_| ()).map_err(Clone::clone),
         security_groups: security_groups.as_ref().map(|_| ()).map_err(Clone::clone),
         amis: amis.as_ref().map(|_| ()).map_err(Clone::clone),
         instance_profile: profile.as_ref().map(|_| ()).map_err(Clone::clone),
+        capacity_reservations: reservations.as_ref().map(|_| ()).map_err(Clone::clone),
     };
     let previous = class
         .status
@@ -84,6 +86,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Er
         security_groups: security_groups.clone().unwrap_or_default(),
         amis: amis.clone().unwrap_or_default(),
         instance_profile: profile.clone().ok(),
+        capacity_reservations: reservations.clone().unwrap_or_default(),
         conditions: conditions(&verdicts, &previous, class.metadata.generation),
     };
     let ready = status

@@ -10,7 +10,9 @@ use super::conditions::{
     describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
 };
 use super::Ctx;
-use crate::api::ec2nodeclass::{EC2NodeClass, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
+use crate::api::ec2nodeclass::{
+    EC2NodeClass, ResolvedAmi, ResolvedCapacityReservation, ResolvedSecurityGroup, ResolvedSubnet,
+};
 
 fn aws_error<E: std::fmt::Display>(what: &str, e: E) -> String {
     format!("{what} failed: {e}")
@@ -113,6 +115,80 @@ pub async fn security_groups(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<Resol
             "no security group matches {}",
             describe_security_group_terms(&class.spec.security_group_selector_terms)
         ));
+    }
+    Ok(found.into_values().collect())
+}
+
+/// The active (or expiring) reservations the class selects: by id, or by tags (and owner).
+/// A reservation that is gone or used up is no error — the class then simply has none.
+pub async fn capacity_reservations(
+    ctx: &Ctx,
+    class: &EC2NodeClass,
+) -> Found<Vec<ResolvedCapacityReservation>> {
+    let mut found: BTreeMap<String, ResolvedCapacityReservation> = BTreeMap::new();
+    for term in &class.spec.capacity_reservation_selector_terms {
+        let mut filters = vec![Filter::builder()
+            .name("state")
+            .values("active")
+            .values("expiring")
+            .build()];
+        let mut request = ctx.ec2.describe_capacity_reservations();
+        match (&term.id, &term.tags) {
+            (Some(id), _) => request = request.capacity_reservation_ids(id),
+            (None, Some(tags)) => filters.extend(tag_filters(tags)),
+            (None, None) => continue,
+        }
+        if let Some(owner) = &term.owner_id {
+            filters.push(Filter::builder().name("owner-id").values(owner).build());
+        }
+        let request = request.set_filters(Some(filters));
+        let out = request.send().await;
+        ctx.metrics
+            .call("ec2", "DescribeCapacityReservations", &out);
+        let out = match out {
+            Ok(out) => out,
+            Err(e)
+                if e.as_service_error()
+                    .and_then(|s| aws_sdk_ec2::error::ProvideErrorMetadata::code(s))
+                    == Some("InvalidCapacityReservationId.NotFound") =>
+            {
+                continue
+            }
+            Err(e) => {
+                return Err(aws_error(
+                    "ec2:DescribeCapacityReservations",
+                    aws_sdk_ec2::error::DisplayErrorContext(e),
+                ))
+            }
+        };
+        for r in out.capacity_reservations() {
+            let (Some(id), Some(zone), Some(itype)) = (
+                r.capacity_reservation_id(),
+                r.availability_zone(),
+                r.instance_type(),
+            ) else {
+                continue;
+            };
+            found.insert(
+                id.to_string(),
+                ResolvedCapacityReservation {
+                    id: id.to_string(),
+                    availability_zone: zone.to_string(),
+                    instance_type: itype.to_string(),
+                    owner_id: r.owner_id().unwrap_or_default().to_string(),
+                    instance_match_criteria: r
+                        .instance_match_criteria()
+                        .map_or("open".into(), |c| c.as_str().to_string()),
+                    reservation_type: r
+                        .reservation_type()
+                        .map_or("default".into(), |t| t.as_str().to_string()),
+                    state: r
+                        .state()
+                        .map_or("active".into(), |s| s.as_str().to_string()),
+                    end_time: r.end_date().map(|d| d.to_string()),
+                },
+            );
+        }
     }
     Ok(found.into_values().collect())
 }

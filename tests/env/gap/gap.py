@@ -24,6 +24,7 @@ moto venv's python (boto3 and PyYAML are there).
 
 import argparse
 import base64
+import contextlib
 import datetime
 import hashlib
 import http.client
@@ -350,6 +351,7 @@ class Gap:
     def __init__(self, args):
         self.args = args
         self.lock = threading.RLock()
+        self.reservation_lock = threading.Lock()
         self.moto = urlsplit(args.moto_url)
         self.fixture_prices = self._load_prices(args.prices)
         self._clients = {}
@@ -1468,28 +1470,22 @@ def handle_create_fleet(gap, call):
                                    f"in your request or choosing other Availability Zones."))
                     pools.remove(c)
                     continue
-                err = arch_mismatch(gap, region, c, type_info) or reservation_refusal(gap, region, c)
+                # Checking a reservation's room and launching into it is one step: concurrent
+                # fleets must not both take its last slot.
+                with gap.reservation_lock if targeted_reservation(c) else contextlib.nullcontext():
+                    err = arch_mismatch(gap, region, c, type_info) or reservation_refusal(gap, region, c)
+                    ids, failed = [], None
+                    if not err:
+                        ids, failed = launch(ec2, c, lifecycle, fleet_tags,
+                                             1 if per_pool or targeted_reservation(c) else need)
+                        if ids and targeted_reservation(c):
+                            with gap.lock:
+                                for i in ids:
+                                    gap.reserved_instances[i] = targeted_reservation(c)
                 if err:
                     errors.append((c, lifecycle) + err)
                     pools.remove(c)
                     continue
-                args = run_args(c["lt_data"], c["override"], c["subnet"], lifecycle,
-                                tag_specs_for_instances(fleet_tags, c["lt_data"].get("TagSpecifications") or []))
-                # A reservation holds what is left in it, and one instance is checked at a time.
-                launch_count = 1 if per_pool or targeted_reservation(c) else need
-                ids = []
-                failed = None
-                for _ in range(launch_count):
-                    try:
-                        r = ec2.run_instances(**args)
-                        ids.append(r["Instances"][0]["InstanceId"])
-                    except botocore.exceptions.ClientError as e:
-                        failed = (e.response["Error"]["Code"], e.response["Error"]["Message"])
-                        break
-                if ids and targeted_reservation(c):
-                    with gap.lock:
-                        for i in ids:
-                            gap.reserved_instances[i] = targeted_reservation(c)
                 if ids:
                     launched.setdefault((c["index"], lifecycle), (c, lifecycle, []))[2].extend(ids)
                     need -= len(ids)
@@ -1520,6 +1516,20 @@ def handle_create_fleet(gap, call):
                                     for c, lc, code, _ in errors) if errors else ""))
     return ec2_response("CreateFleet", f"<fleetId>{fleet_id}</fleetId><errorSet>{err_xml}</errorSet>"
                                        f"<fleetInstanceSet>{inst_xml}</fleetInstanceSet>")
+
+
+def launch(ec2, cand, lifecycle, fleet_tags, count):
+    """RunInstances `count` times for one candidate: (instance ids, first error or None)."""
+    args = run_args(cand["lt_data"], cand["override"], cand["subnet"], lifecycle,
+                    tag_specs_for_instances(fleet_tags, cand["lt_data"].get("TagSpecifications") or []))
+    ids = []
+    for _ in range(count):
+        try:
+            r = ec2.run_instances(**args)
+            ids.append(r["Instances"][0]["InstanceId"])
+        except botocore.exceptions.ClientError as e:
+            return ids, (e.response["Error"]["Code"], e.response["Error"]["Message"])
+    return ids, None
 
 
 def targeted_reservation(cand):

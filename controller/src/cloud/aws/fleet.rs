@@ -217,7 +217,36 @@ mod tests {
         r
     }
 
-    use CapacityType::{OnDemand, Spot};
+    use CapacityType::{OnDemand, Reserved, Spot};
+
+    #[test]
+    fn a_reservation_with_room_wins_only_where_the_pool_allows_reserved() {
+        let types = [
+            itype(
+                "m5.large",
+                2,
+                &[
+                    ("us-east-1a", OnDemand, 0.096),
+                    ("us-east-1a", Reserved, 0.096e-7),
+                    ("us-east-1a", Spot, 0.04),
+                ],
+            ),
+            itype("c5.large", 2, &[("us-east-1b", OnDemand, 0.085)]),
+        ];
+        let one_cpu = Resources::cpu_memory(1000, 1 << 30);
+        let p = plan(
+            &allow(&["reserved", "spot", "on-demand"]),
+            &one_cpu,
+            &types,
+            &subnets(),
+        )
+        .unwrap();
+        assert_eq!(p.capacity_type, Reserved);
+        assert_eq!(p.overrides.len(), 1, "only the reserved (type, zone)");
+        assert_eq!(p.overrides[0].instance_type, "m5.large");
+        let p = plan(&allow(&["spot", "on-demand"]), &one_cpu, &types, &subnets()).unwrap();
+        assert_eq!(p.capacity_type, Spot);
+    }
 
     #[test]
     fn spot_wins_when_allowed_and_cheaper_and_overrides_are_cheapest_first() {

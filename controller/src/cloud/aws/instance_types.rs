@@ -10,12 +10,17 @@ use std::time::Instant;
 
 use aws_sdk_ec2::types::{InstanceTypeInfo, LocationType, UsageClassType};
 
+use super::reservations::Reservations;
 use super::unavailable::Unavailable;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
 use crate::catalog::{Catalog, Shape};
 use crate::cloud::sim::kubelet_settings;
 use crate::scheduling::{CapacityType, InstanceType, Offering};
+
+/// What launching into a capacity reservation is priced at, relative to on-demand (as
+/// upstream: near zero, yet keeping the types' order).
+pub const RESERVED_PRICE_FACTOR: f64 = 1e-7;
 
 /// `m5.large` → family `m5`, category `m`, generation 5, size `large`.
 pub fn parse_name(name: &str) -> Option<(String, String, Option<i64>, String)> {
@@ -119,8 +124,14 @@ impl RegionOfferings {
         class: &EC2NodeClass,
         estimates: &Catalog,
         unavailable: &Unavailable,
+        reservations: &Reservations,
         now: Instant,
     ) -> Vec<Arc<InstanceType>> {
+        let selected = class
+            .status
+            .as_ref()
+            .map(|s| s.capacity_reservations.as_slice())
+            .unwrap_or_default();
         let class_zones: BTreeSet<&str> = class
             .status
             .iter()
@@ -152,6 +163,14 @@ impl RegionOfferings {
                     available: !unavailable.is_unavailable(&shape.name, zone, capacity_type, now),
                 };
                 offerings.push(offer(CapacityType::OnDemand, od_price));
+                // A reservation is paid for whether used or not: launching into it costs next
+                // to nothing, so it is always the cheapest choice while it has room.
+                if !reservations.usable(selected, &shape.name, zone).is_empty() {
+                    offerings.push(offer(
+                        CapacityType::Reserved,
+                        od_price * RESERVED_PRICE_FACTOR,
+                    ));
+                }
                 if shape.spot {
                     let price = self
                         .spot

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
@@ -39,6 +40,10 @@ pub struct Content {
     pub associate_public_ip_address: Option<bool>,
     /// Tags on the template itself.
     pub tags: BTreeMap<String, String>,
+    /// The capacity reservation its instances are launched into (one template per
+    /// reservation, as EC2 takes the target from the template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
 }
 
 impl Content {
@@ -132,6 +137,17 @@ impl Content {
             ),
             None => data.set_security_group_ids(Some(self.security_group_ids.clone())),
         };
+        if let Some(id) = &self.capacity_reservation_id {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(id)
+                            .build(),
+                    )
+                    .build(),
+            );
+        }
         data.build()
     }
 
@@ -163,6 +179,7 @@ mod tests {
             detailed_monitoring: false,
             associate_public_ip_address: None,
             tags: BTreeMap::new(),
+            capacity_reservation_id: None,
         }
         .with_default_volumes()
     }
@@ -178,6 +195,23 @@ mod tests {
             ..content()
         };
         assert_ne!(a.name("prod"), b.name("prod"));
+        let reserved = Content {
+            capacity_reservation_id: Some("cr-1".into()),
+            ..content()
+        };
+        assert_ne!(a.name("prod"), reserved.name("prod"));
+        let target = reserved
+            .request()
+            .capacity_reservation_specification
+            .unwrap();
+        assert_eq!(
+            target
+                .capacity_reservation_target
+                .unwrap()
+                .capacity_reservation_id
+                .as_deref(),
+            Some("cr-1")
+        );
     }
 
     #[test]

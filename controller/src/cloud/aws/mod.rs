@@ -5,6 +5,7 @@ pub mod fleet;
 pub mod instance_types;
 pub mod launch_template;
 pub mod pricing;
+pub mod reservations;
 pub mod tags;
 pub mod unavailable;
 pub mod user_data;
@@ -30,6 +31,7 @@ use crate::catalog::Catalog;
 use crate::runtime::metrics::Metrics;
 use crate::scheduling::{CapacityType, InstanceType, Requirements, Resources};
 use instance_types::RegionOfferings;
+use reservations::Reservations;
 use unavailable::Unavailable;
 use user_data::ClusterInfo;
 
@@ -50,6 +52,8 @@ pub struct Launched {
     pub subnet_id: Option<String>,
     /// Sorted.
     pub security_groups: Vec<String>,
+    /// The capacity reservation it was launched into (capacity type `reserved`).
+    pub capacity_reservation_id: Option<String>,
 }
 
 impl Launched {
@@ -77,8 +81,10 @@ pub struct AwsCloud {
     pub cluster: ClusterInfo,
     estimates: Catalog,
     pub unavailable: Unavailable,
+    pub reservations: Reservations,
     offerings: tokio::sync::Mutex<Option<(Arc<RegionOfferings>, Instant)>>,
-    templates: Mutex<BTreeSet<String>>,
+    /// Launch templates known to exist: name → id.
+    templates: Mutex<BTreeMap<String, String>>,
     metrics: Arc<Metrics>,
 }
 
@@ -87,6 +93,29 @@ fn api_error<E: std::error::Error + 'static>(
     e: aws_sdk_ec2::error::SdkError<E>,
 ) -> LaunchError {
     LaunchError::Api(format!("{what}: {}", DisplayErrorContext(e)))
+}
+
+/// A launch template jointer made or found.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Template {
+    name: String,
+    id: String,
+}
+
+/// What was launched from which template, by the template's id or name (EC2 answers with
+/// either).
+fn made_from(
+    by_template: &BTreeMap<Template, (String, Option<String>)>,
+    spec: Option<&aws_sdk_ec2::types::FleetLaunchTemplateSpecification>,
+) -> Option<(String, Option<String>)> {
+    let spec = spec?;
+    by_template
+        .iter()
+        .find(|(t, _)| {
+            spec.launch_template_name() == Some(t.name.as_str())
+                || (!t.id.is_empty() && spec.launch_template_id() == Some(t.id.as_str()))
+        })
+        .map(|(_, v)| v.clone())
 }
 
 /// The cluster's name, endpoint, CA and service CIDR (from eks:DescribeCluster; the endpoint
@@ -162,6 +191,9 @@ pub fn node_labels(t: &InstanceType, launched: &Launched) -> BTreeMap<String, St
         launched.capacity_type.to_string(),
     );
     out.insert(labels::INSTANCE_TYPE.into(), launched.instance_type.clone());
+    if let Some(id) = &launched.capacity_reservation_id {
+        out.insert(labels::CAPACITY_RESERVATION_ID.into(), id.clone());
+    }
     out
 }
 
@@ -179,8 +211,9 @@ impl AwsCloud {
             cluster,
             estimates: Catalog::embedded()?,
             unavailable: Unavailable::default(),
+            reservations: Reservations::default(),
             offerings: tokio::sync::Mutex::new(None),
-            templates: Mutex::new(BTreeSet::new()),
+            templates: Mutex::new(BTreeMap::new()),
             metrics,
         })
     }
@@ -238,7 +271,58 @@ impl AwsCloud {
         class: &EC2NodeClass,
     ) -> Result<Vec<Arc<InstanceType>>, LaunchError> {
         let offerings = self.offerings().await?;
-        Ok(offerings.for_class(class, &self.estimates, &self.unavailable, Instant::now()))
+        self.refresh_reservations([class]).await;
+        Ok(offerings.for_class(
+            class,
+            &self.estimates,
+            &self.unavailable,
+            &self.reservations,
+            Instant::now(),
+        ))
+    }
+
+    /// Reads again how much room the reservations the classes select have, where that is
+    /// older than a minute. A failed read leaves the previous figures (and is logged): the
+    /// launch then finds out.
+    async fn refresh_reservations<'a>(&self, classes: impl IntoIterator<Item = &'a EC2NodeClass>) {
+        let now = Instant::now();
+        let ids: Vec<&str> = classes
+            .into_iter()
+            .filter_map(|c| c.status.as_ref())
+            .flat_map(|s| &s.capacity_reservations)
+            .map(|r| r.id.as_str())
+            .collect();
+        let stale = self.reservations.stale(ids, now);
+        if stale.is_empty() {
+            return;
+        }
+        let out = self
+            .ec2
+            .describe_capacity_reservations()
+            .set_capacity_reservation_ids(Some(stale.clone()))
+            .send()
+            .await;
+        self.metrics
+            .call("ec2", "DescribeCapacityReservations", &out);
+        match out {
+            Ok(out) => {
+                for id in &stale {
+                    let room = out
+                        .capacity_reservations()
+                        .iter()
+                        .find(|r| r.capacity_reservation_id() == Some(id.as_str()))
+                        .filter(|r| {
+                            matches!(r.state().map(|s| s.as_str()), Some("active" | "expiring"))
+                        })
+                        .and_then(|r| r.available_instance_count())
+                        .unwrap_or(0);
+                    self.reservations.set(id, i64::from(room), now);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %DisplayErrorContext(e), "ec2:DescribeCapacityReservations failed; using the last known room")
+            }
+        }
     }
 
     /// The instance types of every Ready class, by class name (one offerings fetch for all).
@@ -247,12 +331,23 @@ impl AwsCloud {
         classes: &[Arc<EC2NodeClass>],
     ) -> Result<HashMap<String, Vec<Arc<InstanceType>>>, LaunchError> {
         let offerings = self.offerings().await?;
-        let now = Instant::now();
-        Ok(classes
+        let ready: Vec<&Arc<EC2NodeClass>> = classes
             .iter()
             .filter(|c| crate::provisioning::snapshot::class_not_ready(c).is_none())
+            .collect();
+        self.refresh_reservations(ready.iter().map(|c| c.as_ref()))
+            .await;
+        let now = Instant::now();
+        Ok(ready
+            .into_iter()
             .map(|c| {
-                let types = offerings.for_class(c, &self.estimates, &self.unavailable, now);
+                let types = offerings.for_class(
+                    c,
+                    &self.estimates,
+                    &self.unavailable,
+                    &self.reservations,
+                    now,
+                );
                 (c.name_any(), types)
             })
             .collect())
@@ -262,10 +357,15 @@ impl AwsCloud {
     async fn ensure_template(
         &self,
         content: &launch_template::Content,
-    ) -> Result<String, LaunchError> {
+    ) -> Result<Template, LaunchError> {
         let name = content.name(&self.cluster.name);
-        if self.templates.lock().is_ok_and(|t| t.contains(&name)) {
-            return Ok(name);
+        if let Some(id) = self
+            .templates
+            .lock()
+            .ok()
+            .and_then(|t| t.get(&name).cloned())
+        {
+            return Ok(Template { name, id });
         }
         let found = self
             .ec2
@@ -274,18 +374,22 @@ impl AwsCloud {
             .send()
             .await;
         self.metrics.call("ec2", "DescribeLaunchTemplates", &found);
-        let exists = match found {
-            Ok(out) => !out.launch_templates().is_empty(),
+        let mut id = match found {
+            Ok(out) => out
+                .launch_templates()
+                .first()
+                .and_then(|t| t.launch_template_id())
+                .map(str::to_string),
             Err(e)
                 if e.as_service_error()
                     .and_then(|s| s.meta().code())
                     .is_some_and(|c| c.contains("NotFound")) =>
             {
-                false
+                None
             }
             Err(e) => return Err(api_error("ec2:DescribeLaunchTemplates", e)),
         };
-        if !exists {
+        if id.is_none() {
             let created = self
                 .ec2
                 .create_launch_template()
@@ -296,7 +400,11 @@ impl AwsCloud {
                 .await;
             self.metrics.call("ec2", "CreateLaunchTemplate", &created);
             match created {
-                Ok(_) => {
+                Ok(out) => {
+                    id = out
+                        .launch_template()
+                        .and_then(|t| t.launch_template_id())
+                        .map(str::to_string);
                     tracing::info!(launch_template = %name, image = %content.image_id, "launch template created")
                 }
                 // Another launch made it first: the same content, so the same template.
@@ -307,10 +415,13 @@ impl AwsCloud {
                 Err(e) => return Err(api_error("ec2:CreateLaunchTemplate", e)),
             }
         }
+        let id = id.unwrap_or_default();
         if let Ok(mut t) = self.templates.lock() {
-            t.insert(name.clone());
+            if !id.is_empty() {
+                t.insert(name.clone(), id.clone());
+            }
         }
-        Ok(name)
+        Ok(Template { name, id })
     }
 
     /// Tags for everything launched for `claim` (reference §7).
@@ -388,10 +499,31 @@ impl AwsCloud {
                 })
             })
         };
+        // One launch template per architecture; launching into capacity reservations, one per
+        // (override, reservation): EC2 takes the reservation from the template.
+        let mut groups: Vec<(&str, Option<&str>, Vec<&fleet::Override>)> = Vec::new();
+        if plan.capacity_type == CapacityType::Reserved {
+            for o in &plan.overrides {
+                for r in self.reservations.usable(
+                    &status.capacity_reservations,
+                    &o.instance_type,
+                    &o.zone,
+                ) {
+                    groups.push((o.arch.as_str(), Some(r.id.as_str()), vec![o]));
+                }
+            }
+        } else {
+            let archs: BTreeSet<&str> = plan.overrides.iter().map(|o| o.arch.as_str()).collect();
+            for arch in archs {
+                let of_arch = plan.overrides.iter().filter(|o| o.arch == arch).collect();
+                groups.push((arch, None, of_arch));
+            }
+        }
         let mut configs = Vec::new();
-        let mut image_by_template = BTreeMap::new();
-        let archs: BTreeSet<&str> = plan.overrides.iter().map(|o| o.arch.as_str()).collect();
-        for arch in archs {
+        // Template → (AMI, capacity reservation).
+        let mut by_template: BTreeMap<Template, (String, Option<String>)> = BTreeMap::new();
+
+        for (arch, reservation, overrides) in groups {
             let Some(ami) = image_of_arch(arch) else {
                 continue;
             };
@@ -409,14 +541,14 @@ impl AwsCloud {
                 detailed_monitoring: class.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip_address: class.spec.associate_public_ip_address,
                 tags: tags.clone(),
+                capacity_reservation_id: reservation.map(str::to_string),
             }
             .with_default_volumes();
-            let name = self.ensure_template(&content).await?;
-            image_by_template.insert(name.clone(), ami.id.clone());
-            let overrides = plan
-                .overrides
-                .iter()
-                .filter(|o| o.arch == arch)
+            let template = self.ensure_template(&content).await?;
+            let name = template.name.clone();
+            by_template.insert(template, (ami.id.clone(), reservation.map(str::to_string)));
+            let overrides = overrides
+                .into_iter()
                 .map(|o| {
                     FleetLaunchTemplateOverridesRequest::builder()
                         .instance_type(aws_sdk_ec2::types::InstanceType::from(
@@ -510,6 +642,14 @@ impl AwsCloud {
                 .unwrap_or_default();
             let zone = zone_of(o, &zone_of_subnet);
             let code = err.error_code().unwrap_or("Unknown").to_string();
+            if code == "ReservationCapacityExceeded" {
+                let spec = err
+                    .launch_template_and_overrides()
+                    .and_then(|l| l.launch_template_specification());
+                if let Some((_, Some(id))) = made_from(&by_template, spec) {
+                    self.reservations.set(&id, 0, Instant::now());
+                }
+            }
             if unavailable::is_capacity_error(&code) {
                 self.unavailable
                     .mark(&itype, &zone, plan.capacity_type, Instant::now());
@@ -550,17 +690,19 @@ impl AwsCloud {
             })
             .unwrap_or_default();
         let zone = zone_of(o, &zone_of_subnet);
-        let template = instance
-            .launch_template_and_overrides()
-            .and_then(|l| l.launch_template_specification())
-            .and_then(|s| s.launch_template_name())
-            .unwrap_or_default();
+        let (image_id, capacity_reservation_id) = made_from(
+            &by_template,
+            instance
+                .launch_template_and_overrides()
+                .and_then(|l| l.launch_template_specification()),
+        )
+        .unzip();
         let launched = Launched {
             instance_id: instance.instance_ids()[0].clone(),
             instance_type: instance_type.clone(),
             zone,
             capacity_type: plan.capacity_type,
-            image_id: image_by_template.get(template).cloned(),
+            image_id,
             subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_string),
             security_groups: {
                 let mut ids: Vec<String> = status
@@ -571,7 +713,11 @@ impl AwsCloud {
                 ids.sort();
                 ids
             },
+            capacity_reservation_id: capacity_reservation_id.flatten(),
         };
+        if let Some(id) = &launched.capacity_reservation_id {
+            self.reservations.took_one(id);
+        }
         let chosen = types
             .iter()
             .find(|t| t.name == instance_type)
@@ -640,9 +786,12 @@ impl AwsCloud {
                     .to_string(),
                 capacity_type: if spot {
                     CapacityType::Spot
+                } else if i.capacity_reservation_id().is_some() {
+                    CapacityType::Reserved
                 } else {
                     CapacityType::OnDemand
                 },
+                capacity_reservation_id: i.capacity_reservation_id().map(str::to_string),
                 image_id: i.image_id().map(str::to_string),
                 subnet_id: i.subnet_id().map(str::to_string),
                 security_groups: {

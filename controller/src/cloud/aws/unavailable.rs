@@ -20,6 +20,7 @@ pub fn is_capacity_error(code: &str) -> bool {
             | "UnfulfillableCapacity"
             | "MaxSpotInstanceCountExceeded"
             | "InsufficientFreeAddressesInSubnet"
+            | "ReservationCapacityExceeded"
             | "Unsupported"
     )
 }
