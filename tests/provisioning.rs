@@ -270,6 +270,49 @@ impl Drop for TeardownOnPanic<'_> {
     }
 }
 
+/// A test's world after `jointer apply`: the controller running against it and the world's
+/// namespace for workloads. A failing test tears the world down while the controller still
+/// runs (so its NodeClaims drain); a passing one calls [`Scene::end`].
+struct Scene<'a> {
+    // Dropped first: the teardown on failure needs the controller.
+    _cleanup: TeardownOnPanic<'a>,
+    controller: Controller,
+    admin: kube::Client,
+    ns: String,
+}
+
+impl<'a> Scene<'a> {
+    async fn start(s: &'a Setup, admin: &kube::Client, port: u16) -> Scene<'a> {
+        Scene::start_as(s, admin, port, None).await
+    }
+
+    /// With `kubeconfig`, the controller runs with those credentials instead of the admin's.
+    async fn start_as(
+        s: &'a Setup,
+        admin: &kube::Client,
+        port: u16,
+        kubeconfig: Option<&std::path::Path>,
+    ) -> Scene<'a> {
+        let controller = Controller::start(&s.cluster, "replica-a", port, kubeconfig);
+        let ns = s.cluster.clone();
+        namespace(admin, &ns).await;
+        Scene {
+            _cleanup: TeardownOnPanic(s),
+            controller,
+            admin: admin.clone(),
+            ns,
+        }
+    }
+
+    /// Tears the world down with the controller running, then removes the namespace.
+    async fn end(self) {
+        teardown(self._cleanup.0);
+        let _ = Api::<Namespace>::all(self.admin.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+    }
+}
+
 fn teardown(s: &Setup) {
     let run = s.jointer(&["teardown", "--yes", "--timeout", "180"]);
     assert_eq!(run.code, 0, "teardown: {run:#?}");
@@ -283,8 +326,8 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
     s.apply();
     let admin = testenv::kube().await;
     let kubeconfig = service_account_kubeconfig(&admin, &s.cluster).await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28180, Some(&kubeconfig));
-    let _cleanup = TeardownOnPanic(&s);
+    let scene = Scene::start_as(&s, &admin, 28180, Some(&kubeconfig)).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
     let classes = dynamic(
         &admin,
         "karpenter.k8s.aws",
@@ -301,9 +344,7 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
     )
     .await;
 
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
     let started = Instant::now();
     deployments
         .create(
@@ -324,7 +365,7 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
         )
         .await
         .expect("batch");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let all = wait_for("all 7 pods Running", Duration::from_secs(180), || async {
         let list = pods.list(&ListParams::default()).await.ok()?.items;
         (list.len() == 7 && running(&list) == 7).then_some(list)
@@ -337,16 +378,13 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
     );
 
     // Every NodeClaim went Launched → Registered → Initialized, and its Node carries its
-    // labels and taints, without the registration taint, owned by the NodeClaim.
-    let claims: Vec<DynamicObject> = nodeclaims(&admin)
-        .list(&ListParams::default())
-        .await
-        .expect("nodeclaims")
-        .items
-        .into_iter()
-        .filter(|c| c.metadata.labels.as_ref().and_then(|l| l.get(WORLD_LABEL)) == Some(&s.cluster))
-        .collect();
-    assert!(!claims.is_empty());
+    // labels and taints, without the registration taint, owned by the NodeClaim. (A pod may
+    // run on a registered node a moment before the controller's next pass initializes it.)
+    let claims = wait_for("every NodeClaim Ready", Duration::from_secs(15), || async {
+        let claims = world_claims(&admin, &s.cluster).await;
+        (!claims.is_empty() && claims.iter().all(|c| condition(c, "Ready"))).then_some(claims)
+    })
+    .await;
     let nodes: Api<Node> = Api::all(admin.clone());
     let mut pool_of_node = BTreeMap::new();
     for claim in &claims {
@@ -413,7 +451,7 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
         );
     }
     // kube-scheduler bound them: the controller only makes room.
-    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(admin.clone(), ns);
     let scheduled: BTreeSet<String> = events
         .list(&ListParams::default())
         .await
@@ -530,15 +568,11 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
         .delete("batch", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
+    scene.end().await;
     assert!(
         instances(&s).await.is_empty(),
         "instances left after teardown"
     );
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
 }
 
 #[tokio::test]
@@ -548,8 +582,8 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
     write_templates(&s, "  limits: { cpu: 4 }\n");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28190, None);
-    let _cleanup = TeardownOnPanic(&s);
+    let scene = Scene::start(&s, &admin, 28190).await;
+    let ns = &scene.ns;
     let classes = dynamic(
         &admin,
         "karpenter.k8s.aws",
@@ -564,9 +598,7 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
         },
     )
     .await;
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
     deployments
         .create(
             &PostParams::default(),
@@ -574,8 +606,8 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
         )
         .await
         .expect("web");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let events: Api<Event> = Api::namespaced(admin.clone(), ns);
     let event_with = |needle: &'static str| {
         let events = events.clone();
         async move {
@@ -729,15 +761,11 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
         .delete("late", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
+    scene.end().await;
     assert!(
         instances(&s).await.is_empty(),
         "instances left after teardown"
     );
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
 }
 
 #[tokio::test]
@@ -753,11 +781,9 @@ async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() 
         "/_gap/faults",
         Some(json!({"ice": [{"instance_type": "c5.large", "capacity_type": "on-demand"}]})),
     );
-    let controller = Controller::start(&s.cluster, "replica-a", 28200, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28200).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
     deployments
         .create(
             &PostParams::default(),
@@ -765,7 +791,7 @@ async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() 
         )
         .await
         .expect("web");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     wait_for("the pod Running", Duration::from_secs(120), || async {
         (running(&pods.list(&ListParams::default()).await.ok()?.items) == 1).then_some(())
     })
@@ -791,11 +817,7 @@ async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() 
         .delete("web", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -960,8 +982,8 @@ async fn figures() {
     write_templates(&s, "");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28230, None);
-    let _cleanup = TeardownOnPanic(&s);
+    let scene = Scene::start(&s, &admin, 28230).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
     let classes = dynamic(
         &admin,
         "karpenter.k8s.aws",
@@ -979,10 +1001,8 @@ async fn figures() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_rss = controller.rss_kib().unwrap_or(0);
 
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let claims_api = nodeclaims(&admin);
     let replicas = 40;
     testenv::clear_calls();
@@ -1186,11 +1206,7 @@ async fn figures() {
         .delete("apart", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 /// This world's NodeClaims.
@@ -1268,12 +1284,10 @@ async fn the_seed_scale_down_deletes_empty_nodes_and_replaces_an_underutilized_o
     write_templates(&s, "  disruption: { consolidateAfter: 5s }\n");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28240, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28240).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // Three pods that may not share a node → three nodes; down to one → two empty nodes go.
     deployments
@@ -1386,11 +1400,7 @@ async fn the_seed_scale_down_deletes_empty_nodes_and_replaces_an_underutilized_o
         .delete("apart", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -1408,12 +1418,10 @@ async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_th
     s.ws.write("nodes/spot.yaml", &spot);
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28250, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28250).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     deployments
         .create(
             &PostParams::default(),
@@ -1509,11 +1517,7 @@ async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_th
             .await
             .expect("delete");
     }
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -1523,12 +1527,10 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
     write_templates(&s, "");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28260, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28260).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let tolerate = json!({
         "tolerations": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}],
         "nodeSelector": {WORLD_LABEL: s.cluster, "karpenter.sh/capacity-type": "spot"},
@@ -1677,11 +1679,7 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
         .delete("batch", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -1691,12 +1689,10 @@ async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
     write_templates(&s, "");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28270, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28270).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     deployments
         .create(
             &PostParams::default(),
@@ -1762,11 +1758,7 @@ async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
         .delete("web", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -1777,13 +1769,11 @@ async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lift
     write_templates(&s, "  disruption: { consolidateAfter: 2s }\n");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28280, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28280).await;
+    let ns = &scene.ns;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), ns);
     // A 3-CPU and a half-CPU pod share a node; the small one says do-not-disrupt.
     deployments
         .create(
@@ -1901,11 +1891,7 @@ async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lift
         .delete("small", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -1915,12 +1901,10 @@ async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_gra
     write_templates(&s, "      terminationGracePeriod: 20s\n");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28290, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28290).await;
+    let ns = &scene.ns;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     // Its own grace period (0 s) fits in any deadline, so only the deadline can move it.
     let guarded = do_not_disrupt(deployment(
         "guarded",
@@ -2015,11 +1999,7 @@ async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_gra
         .delete("guarded", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    scene.end().await;
 }
 
 #[tokio::test]
@@ -2051,12 +2031,10 @@ async fn a_capacity_reservation_is_filled_first_and_then_on_demand_takes_over() 
     s.ws.write("nodes/general.yaml", &general);
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28300, None);
-    let _cleanup = TeardownOnPanic(&s);
-    let ns = s.cluster.clone();
-    namespace(&admin, &ns).await;
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let scene = Scene::start(&s, &admin, 28300).await;
+    let ns = &scene.ns;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // The class lists the reservation it selects.
     let classes = dynamic(
@@ -2135,11 +2113,7 @@ async fn a_capacity_reservation_is_filled_first_and_then_on_demand_takes_over() 
         .delete("pair", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
-    drop(controller);
+    scene.end().await;
     // Its instance terminated, the reservation has room again.
     assert_eq!(room(ec2.clone(), reservation.clone()).await, Some(1));
-    let _ = Api::<Namespace>::all(admin)
-        .delete(&ns, &DeleteParams::default())
-        .await;
 }
