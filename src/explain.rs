@@ -13,13 +13,14 @@ use jointer_controller::disruption::decide::{decide, Inputs as DecideInputs};
 use jointer_controller::provisioning::snapshot::{self, is_provisionable, Snapshot};
 use jointer_controller::runtime::metrics::Metrics;
 use jointer_controller::scheduling::{solve, PodKey, SchedPod};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use serde::Serialize;
 
+use crate::bootstrap::cluster_controller::DEPLOYMENT;
 use crate::bootstrap::Context;
 
 #[derive(Debug, Serialize)]
@@ -83,6 +84,33 @@ async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
     Ok((snap, types_of_class))
 }
 
+/// The disruption settings the installed controller runs with (its Deployment's env), so
+/// `explain node` agrees with it; the controller's defaults when it runs some other way.
+async fn controller_settings(ctx: &Context) -> (std::time::Duration, bool) {
+    use jointer_controller::runtime::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
+    let deployments: Api<Deployment> =
+        Api::namespaced(ctx.kube.clone(), &ctx.config.controller.namespace);
+    let env: Vec<(String, String)> = match deployments.get_opt(DEPLOYMENT).await {
+        Ok(Some(d)) => d
+            .spec
+            .template
+            .spec
+            .and_then(|p| p.containers.into_iter().next())
+            .and_then(|c| c.env)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let settle = value("DISRUPTION_SETTLE")
+        .and_then(|v| seconds(v).ok())
+        .or_else(|| seconds(DEFAULT_DISRUPTION_SETTLE).ok())
+        .unwrap_or_default();
+    (settle, value("SPOT_TO_SPOT_CONSOLIDATION") == Some("true"))
+}
+
 /// Why a node is kept (or that it would be disrupted now), from the disruption core.
 pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
     let (snap, types_of_class) = cluster_state(ctx).await?;
@@ -102,12 +130,13 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
         bail!("no node or NodeClaim named {node}");
     };
     let name = claim.name_any();
+    let (settle, spot_to_spot) = controller_settings(ctx).await;
     let decision = decide(&DecideInputs {
         snapshot: &snap,
         types_of_class: &types_of_class,
         now: k8s_openapi::jiff::Timestamp::now(),
-        settle: std::time::Duration::from_secs(30),
-        spot_to_spot: false,
+        settle,
+        spot_to_spot,
     });
     if let Some(c) = decision
         .command

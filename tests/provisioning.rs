@@ -1457,6 +1457,25 @@ async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_th
         "{}",
         explained.stdout
     );
+    // It judges with the settings the installed controller runs with: a longer settle time in
+    // the Deployment's env keeps the node as too new.
+    let controller_deployment: Api<Deployment> = Api::namespaced(admin.clone(), "kube-system");
+    controller_deployment
+        .patch(
+            "jointer-controller",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "controller", "env": [{"name": "DISRUPTION_SETTLE", "value": "120m"}]}
+            ]}}}})),
+        )
+        .await
+        .expect("set DISRUPTION_SETTLE");
+    let explained = s.jointer(&["explain", "node", &node]);
+    assert!(
+        explained.stdout.contains("initialized moments ago"),
+        "{}",
+        explained.stdout
+    );
     assert_eq!(
         controller.metric("jointer_controller_disruption_commands_total{reason=\"Empty\"}"),
         0.0

@@ -4,7 +4,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-fn seconds(s: &str) -> Result<Duration, String> {
+/// `DISRUPTION_SETTLE`'s default (also what `jointer explain node` assumes without a Deployment).
+pub const DEFAULT_DISRUPTION_SETTLE: &str = "30s";
+
+/// A duration setting: `10s`, `500ms`, `5m` (a bare number is seconds).
+pub fn seconds(s: &str) -> Result<Duration, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = n
         .parse()
@@ -49,7 +53,7 @@ pub struct Settings {
     #[arg(long, env = "DISRUPTION_VALIDATION", value_parser = seconds, default_value = "15s")]
     pub disruption_validation: Duration,
     /// A node initialized more recently than this is not disrupted (its pods are arriving).
-    #[arg(long, env = "DISRUPTION_SETTLE", value_parser = seconds, default_value = "30s")]
+    #[arg(long, env = "DISRUPTION_SETTLE", value_parser = seconds, default_value = DEFAULT_DISRUPTION_SETTLE)]
     pub disruption_settle: Duration,
     /// Replace a node on an EC2 rebalance recommendation (otherwise only an Event).
     #[arg(long, env = "INTERRUPTION_ACT_ON_REBALANCE", default_value_t = false, action = clap::ArgAction::Set)]
