@@ -59,10 +59,10 @@ where
         .collect())
 }
 
-type TypesOfClass = HashMap<String, Vec<Arc<jointer_controller::scheduling::InstanceType>>>;
+pub type TypesOfClass = HashMap<String, Vec<Arc<jointer_controller::scheduling::InstanceType>>>;
 
 /// The objects the controller decides from, and the instance types of each Ready class.
-async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
+pub async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
     let snap = Snapshot {
         pods: all::<Pod>(&ctx.kube).await?,
         nodes: all::<Node>(&ctx.kube).await?,

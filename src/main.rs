@@ -20,6 +20,7 @@ mod prices;
 mod render;
 mod simulate;
 mod source_map;
+mod status;
 mod workload;
 
 use std::io::Write;
@@ -206,6 +207,12 @@ enum Command {
         /// How long to wait for nodes to drain and instances to terminate.
         #[arg(long, value_parser = parse_seconds, default_value = "900")]
         timeout: std::time::Duration,
+    },
+    /// Each NodePool's nodes, capacity and $/hour now, what its disruption budgets allow right
+    /// now, and whether each EC2NodeClass is Ready.
+    Status {
+        #[command(flatten)]
+        target: Target,
     },
     /// Explain from the cluster's objects and the scheduling core why a pod is pending: which
     /// NodePool would take it, or each pool's reason not to.
@@ -399,6 +406,19 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             }
             if explained.verdict == "unschedulable" {
                 return Ok(ExitCode::from(3));
+            }
+        }
+        Command::Status { target } => {
+            let (rt, ctx) =
+                bootstrap_context(target, false, options(false, false, DEFAULT_TIMEOUT))?;
+            let summary = rt.block_on(status::status(&ctx))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&summary).map_err(anyhow::Error::from)?
+                );
+            } else {
+                status::print(&summary);
             }
         }
         Command::Drift { target } => {

@@ -559,6 +559,54 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
     );
     assert_eq!(world_claims(&admin, &s.cluster).await.len(), claims.len());
 
+    // `jointer status`: each pool's nodes and $/hour at the prices the instances run at, and
+    // what the default budget (10 %) lets go now.
+    let run = s.jointer(&["status", "-o", "json"]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let status: Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    let ours: Vec<&Value> = status["nodepools"]
+        .as_array()
+        .expect("nodepools")
+        .iter()
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(s.cluster.as_str()))
+        })
+        .collect();
+    assert_eq!(ours.len(), 2, "{}", run.stdout);
+    let nodes: u64 = ours.iter().map(|p| p["nodes"].as_u64().unwrap()).sum();
+    assert_eq!(nodes as usize, claims.len(), "{}", run.stdout);
+    let cost: f64 = ours
+        .iter()
+        .map(|p| p["costPerHour"].as_f64().unwrap())
+        .sum();
+    let expected = hourly(&s).await;
+    assert!(
+        (cost - expected).abs() < 1e-6,
+        "status ${cost}/h, instances ${expected}/h"
+    );
+    for p in &ours {
+        assert_eq!(p["unpriced"], 0, "{p}");
+        let n = p["nodes"].as_u64().unwrap();
+        assert_eq!(
+            p["disruptableNow"]["empty"].as_u64(),
+            Some(n.div_ceil(10)),
+            "{p}"
+        );
+    }
+    assert!(status["nodeClasses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == s.cluster.as_str() && c["ready"] == true));
+    let table = s.jointer(&["status"]);
+    assert!(
+        table.stdout.contains("$/HOUR") && table.stdout.contains("Total:"),
+        "{}",
+        table.stdout
+    );
+
     // Teardown with the controller running: NodePools go, NodeClaims drain, instances end.
     deployments
         .delete("web", &DeleteParams::default())
