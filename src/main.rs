@@ -309,7 +309,7 @@ fn print_diagnostics(diagnostics: &[Diagnostic]) {
     }
 }
 
-fn print_json(value: &serde_json::Value) -> Result<(), Failure> {
+fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), Failure> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -397,10 +397,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 ExplainWhat::Node { node, .. } => rt.block_on(explain::explain_node(&ctx, node))?,
             };
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&explained).map_err(anyhow::Error::from)?
-                );
+                print_json(&explained)?;
             } else {
                 explain::print(&explained);
             }
@@ -413,10 +410,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 bootstrap_context(target, false, options(false, false, DEFAULT_TIMEOUT))?;
             let summary = rt.block_on(status::status(&ctx))?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&summary).map_err(anyhow::Error::from)?
-                );
+                print_json(&summary)?;
             } else {
                 status::print(&summary);
             }

@@ -8,8 +8,8 @@ use anyhow::Result;
 use jointer_controller::api::nodepool::DisruptionReason;
 use jointer_controller::disruption::budget;
 use jointer_controller::disruption::decide::claim_price;
+use jointer_controller::provisioning::nodeclaim::launched_capacity;
 use jointer_controller::provisioning::snapshot::{class_not_ready, Snapshot};
-use jointer_controller::scheduling::Resources;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -75,13 +75,7 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_some())
             .count();
-        let capacity = claims.iter().fold(Resources::ZERO, |acc, c| {
-            acc + c
-                .status
-                .as_ref()
-                .map(|s| Resources::from_quantities(&s.capacity).0)
-                .unwrap_or(Resources::ZERO)
-        });
+        let capacity = launched_capacity(claims.iter().map(|c| c.as_ref()));
         let prices: Vec<Option<f64>> = claims.iter().map(|c| claim_price(c, types)).collect();
         nodepools.push(PoolStatus {
             node_class: pool.spec.template.spec.node_class_ref.name.clone(),
@@ -209,7 +203,9 @@ mod tests {
 
     use jointer_controller::api::nodeclaim::NodeClaim;
     use jointer_controller::api::NodePool;
-    use jointer_controller::scheduling::{CapacityType, InstanceType, Offering, Requirements};
+    use jointer_controller::scheduling::{
+        CapacityType, InstanceType, Offering, Requirements, Resources,
+    };
 
     fn pool(name: &str, budgets: serde_json::Value) -> Arc<NodePool> {
         serde_json::from_value::<NodePool>(serde_json::json!({

@@ -23,7 +23,7 @@ use crate::cloud::aws::AwsCloud;
 use crate::runtime::metrics::{Metrics, ReasonLabels};
 use crate::runtime::settings::Settings;
 use crate::runtime::stores::Stores;
-use crate::scheduling::{solve, PodKey, Rejection, Resources};
+use crate::scheduling::{solve, PodKey, Rejection};
 
 /// How often the pending set is looked at.
 const TICK: Duration = Duration::from_millis(200);
@@ -289,13 +289,7 @@ pub async fn pool_status_loop(client: kube::Client, stores: Stores) {
                 .iter()
                 .filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name))
                 .collect();
-            let total = mine.iter().fold(Resources::ZERO, |acc, c| {
-                acc + c
-                    .status
-                    .as_ref()
-                    .map(|s| Resources::from_quantities(&s.capacity).0)
-                    .unwrap_or(Resources::ZERO)
-            });
+            let total = nodeclaim::launched_capacity(mine.iter().map(|c| c.as_ref()));
             let mut resources = nodeclaim::quantities(&total);
             resources.insert(
                 "nodes".into(),

@@ -47,6 +47,17 @@ pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
     out
 }
 
+/// The capacity of the launched NodeClaims among `claims` (the ones still launching add none).
+pub fn launched_capacity<'a>(claims: impl IntoIterator<Item = &'a NodeClaim>) -> Resources {
+    claims.into_iter().fold(Resources::ZERO, |acc, c| {
+        acc + c
+            .status
+            .as_ref()
+            .map(|s| Resources::from_quantities(&s.capacity).0)
+            .unwrap_or(Resources::ZERO)
+    })
+}
+
 /// The NodeClaim for `plan`, owned by its NodePool (deleting the pool deletes its claims).
 pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool, class: Option<&EC2NodeClass>) -> NodeClaim {
     let template = &pool.spec.template;
