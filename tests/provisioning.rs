@@ -2066,6 +2066,17 @@ async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_gra
     // The Deployment's new pod runs on a new node.
     all_running(&pods, "app=guarded", 1).await;
 
+    // A teardown waits for it too, and says what holds the node.
+    let held = s.jointer(&["teardown", "--yes", "--timeout", "5"]);
+    assert_eq!(held.code, 1, "{held:#?}");
+    assert!(
+        held.stderr.contains("held by: pod")
+            && held
+                .stderr
+                .contains("is annotated karpenter.sh/do-not-disrupt"),
+        "{}",
+        held.stderr
+    );
     deployments
         .delete("guarded", &DeleteParams::default())
         .await

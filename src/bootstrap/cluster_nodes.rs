@@ -6,8 +6,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use k8s_openapi::api::core::v1::Node;
+use jointer_controller::lifecycle::drain;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
+use kube::ResourceExt;
 use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
@@ -186,6 +190,32 @@ async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
         .len())
 }
 
+/// What holds the pool's nodes: pods that will not leave them on their own (do-not-disrupt, or
+/// a PodDisruptionBudget that allows no eviction now).
+async fn holders(ctx: &Context, pool: &str) -> Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(ctx.kube.clone());
+    let nodes = nodes
+        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+        .await?;
+    let pdbs: Vec<std::sync::Arc<PodDisruptionBudget>> =
+        Api::<PodDisruptionBudget>::all(ctx.kube.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect();
+    let pods: Api<Pod> = Api::all(ctx.kube.clone());
+    let mut out = Vec::new();
+    for node in nodes.items {
+        let on_node = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name_any())))
+            .await?;
+        out.extend(drain::holders(&on_node.items, &pdbs, Timestamp::now()));
+    }
+    Ok(out)
+}
+
 async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
     match kube_objects::api_for(ctx, r).await? {
         Some(api) => Ok(kube_objects::get(&api, r).await?.is_some()),
@@ -212,22 +242,33 @@ async fn wait_until_gone(
         if claims == 0 && nodes == 0 && !object_left {
             return Ok(());
         }
-        let left = match pool {
+        let mut left = match pool {
             Some(_) => format!("{claims} NodeClaim(s), {nodes} node(s) left"),
             None => "finalizer pending".to_string(),
         };
+        let report_due = last_report.elapsed() >= Duration::from_secs(10);
+        let timed_out = started.elapsed() > ctx.options.timeout;
+        if let Some(pool) = pool.filter(|_| report_due || timed_out) {
+            let held = holders(ctx, pool).await?;
+            if !held.is_empty() {
+                left = format!(
+                    "{left}, held by: {} (a terminationGracePeriod on the NodePool bounds the wait)",
+                    held.join("; ")
+                );
+            }
+        }
         if !controller_available(ctx).await? {
             bail!(
                 "{what}: {left}, and no controller is running to drain and terminate them (its Deployment has no available replica): start the controller and re-run teardown"
             );
         }
-        if started.elapsed() > ctx.options.timeout {
+        if timed_out {
             bail!(
                 "{what}: {left} after {} s (--timeout): see `kubectl get nodeclaims` and the controller's logs",
                 started.elapsed().as_secs()
             );
         }
-        if last_report.elapsed() >= Duration::from_secs(10) {
+        if report_due {
             eprintln!(
                 "  waiting for {what}: {left} ({} s)",
                 started.elapsed().as_secs()

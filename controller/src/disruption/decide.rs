@@ -165,7 +165,8 @@ fn worst_price(t: &InstanceType, req: &Requirements) -> Option<f64> {
 
 /// A PodDisruptionBudget that allows no eviction of one of the pods now (decided before any
 /// taint, so a blocked node is never left half-disrupted).
-fn blocked_by_pdb(pods: &[&Pod], pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
+/// The first PodDisruptionBudget that allows no eviction of one of `pods` now, as a reason.
+pub fn blocked_by_pdb(pods: &[&Pod], pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
     for pdb in pdbs {
         let allowed = pdb
             .status

@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::api::nodeclaim::NodeClaim;
-use crate::disruption::decide::pod_do_not_disrupt;
+use crate::disruption::decide::{blocked_by_pdb, pod_do_not_disrupt};
 
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 
@@ -56,6 +56,29 @@ pub async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), kube::Error> {
         )
         .await?;
     Ok(())
+}
+
+/// What holds a draining node, one reason per pod that will not leave on its own: annotated
+/// do-not-disrupt, or protected by a PodDisruptionBudget that allows no eviction now.
+pub fn holders(
+    pods: &[Pod],
+    pdbs: &[std::sync::Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
+    now: Timestamp,
+) -> Vec<String> {
+    pods.iter()
+        .filter(|p| must_evict(p) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            if pod_do_not_disrupt(p, now) {
+                Some(format!(
+                    "pod {}/{} is annotated karpenter.sh/do-not-disrupt",
+                    p.namespace().unwrap_or_default(),
+                    p.name_any()
+                ))
+            } else {
+                blocked_by_pdb(&[p], pdbs)
+            }
+        })
+        .collect()
 }
 
 /// Kubernetes' default when a pod does not set `terminationGracePeriodSeconds`.
@@ -256,6 +279,52 @@ mod tests {
         assert_eq!(
             pod_step(&protected, at(130), deadline),
             PodStep::Delete { grace_seconds: 0 }
+        );
+    }
+
+    #[test]
+    fn holders_name_do_not_disrupt_pods_and_blocking_budgets() {
+        use k8s_openapi::api::policy::v1::{
+            PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+        let mut guarded = pod(None, &[("karpenter.sh/do-not-disrupt", "true")]);
+        guarded.metadata.namespace = Some("shop".into());
+        guarded.metadata.name = Some("batch-0".into());
+        let mut budgeted = pod(None, &[]);
+        budgeted.metadata.namespace = Some("shop".into());
+        budgeted.metadata.name = Some("db-0".into());
+        budgeted.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+        let free = pod(None, &[]);
+        let pdb = PodDisruptionBudget {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("db".into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_labels: Some([("app".to_string(), "db".to_string())].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: Some(0),
+                ..Default::default()
+            }),
+        };
+        let held = holders(
+            &[guarded, budgeted, free],
+            &[std::sync::Arc::new(pdb)],
+            at(0),
+        );
+        assert_eq!(
+            held,
+            [
+                "pod shop/batch-0 is annotated karpenter.sh/do-not-disrupt",
+                "PodDisruptionBudget shop/db allows no eviction of pod db-0 now"
+            ]
         );
     }
 
