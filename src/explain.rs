@@ -44,7 +44,7 @@ pub struct PoolReason {
 }
 
 /// Every object of a kind, in all namespaces.
-async fn all<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
+pub async fn all<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {

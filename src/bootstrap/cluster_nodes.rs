@@ -13,9 +13,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
 use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::explain::all;
 
 pub const NODEPOOL_API: &str = "karpenter.sh/v1";
 pub const NODECLASS_API: &str = "karpenter.k8s.aws/v1";
@@ -194,26 +196,26 @@ async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
 /// a PodDisruptionBudget that allows no eviction now).
 async fn holders(ctx: &Context, pool: &str) -> Result<Vec<String>> {
     let nodes: Api<Node> = Api::all(ctx.kube.clone());
-    let nodes = nodes
+    let nodes: BTreeSet<String> = nodes
         .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
-        .await?;
-    let pdbs: Vec<std::sync::Arc<PodDisruptionBudget>> =
-        Api::<PodDisruptionBudget>::all(ctx.kube.clone())
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(std::sync::Arc::new)
-            .collect();
-    let pods: Api<Pod> = Api::all(ctx.kube.clone());
-    let mut out = Vec::new();
-    for node in nodes.items {
-        let on_node = pods
-            .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name_any())))
-            .await?;
-        out.extend(drain::holders(&on_node.items, &pdbs, Timestamp::now()));
-    }
-    Ok(out)
+        .await?
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let on_nodes: Vec<Pod> = all::<Pod>(&ctx.kube)
+        .await?
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| nodes.contains(n))
+        })
+        .map(|p| (*p).clone())
+        .collect();
+    let pdbs = all::<PodDisruptionBudget>(&ctx.kube).await?;
+    Ok(drain::holders(&on_nodes, &pdbs, Timestamp::now()))
 }
 
 async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {

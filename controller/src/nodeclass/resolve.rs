@@ -13,6 +13,7 @@ use super::Ctx;
 use crate::api::ec2nodeclass::{
     EC2NodeClass, ResolvedAmi, ResolvedCapacityReservation, ResolvedSecurityGroup, ResolvedSubnet,
 };
+use crate::cloud::aws::reservations::USABLE_STATES;
 
 fn aws_error<E: std::fmt::Display>(what: &str, e: E) -> String {
     format!("{what} failed: {e}")
@@ -129,8 +130,7 @@ pub async fn capacity_reservations(
     for term in &class.spec.capacity_reservation_selector_terms {
         let mut filters = vec![Filter::builder()
             .name("state")
-            .values("active")
-            .values("expiring")
+            .set_values(Some(USABLE_STATES.map(String::from).to_vec()))
             .build()];
         let mut request = ctx.ec2.describe_capacity_reservations();
         match (&term.id, &term.tags) {

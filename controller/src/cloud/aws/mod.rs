@@ -99,7 +99,8 @@ fn api_error<E: std::error::Error + 'static>(
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Template {
     name: String,
-    id: String,
+    /// Unknown when another launch created it first and the answer named none.
+    id: Option<String>,
 }
 
 /// What was launched from which template, by the template's id or name (EC2 answers with
@@ -113,7 +114,7 @@ fn made_from(
         .iter()
         .find(|(t, _)| {
             spec.launch_template_name() == Some(t.name.as_str())
-                || (!t.id.is_empty() && spec.launch_template_id() == Some(t.id.as_str()))
+                || (t.id.is_some() && spec.launch_template_id() == t.id.as_deref())
         })
         .map(|(_, v)| v.clone())
 }
@@ -272,13 +273,22 @@ impl AwsCloud {
     ) -> Result<Vec<Arc<InstanceType>>, LaunchError> {
         let offerings = self.offerings().await?;
         self.refresh_reservations([class]).await;
-        Ok(offerings.for_class(
+        Ok(self.types_for(&offerings, class, Instant::now()))
+    }
+
+    fn types_for(
+        &self,
+        offerings: &RegionOfferings,
+        class: &EC2NodeClass,
+        now: Instant,
+    ) -> Vec<Arc<InstanceType>> {
+        offerings.for_class(
             class,
             &self.estimates,
             &self.unavailable,
             &self.reservations,
-            Instant::now(),
-        ))
+            now,
+        )
     }
 
     /// Reads again how much room the reservations the classes select have, where that is
@@ -312,7 +322,8 @@ impl AwsCloud {
                         .iter()
                         .find(|r| r.capacity_reservation_id() == Some(id.as_str()))
                         .filter(|r| {
-                            matches!(r.state().map(|s| s.as_str()), Some("active" | "expiring"))
+                            r.state()
+                                .is_some_and(|s| reservations::USABLE_STATES.contains(&s.as_str()))
                         })
                         .and_then(|r| r.available_instance_count())
                         .unwrap_or(0);
@@ -340,16 +351,7 @@ impl AwsCloud {
         let now = Instant::now();
         Ok(ready
             .into_iter()
-            .map(|c| {
-                let types = offerings.for_class(
-                    c,
-                    &self.estimates,
-                    &self.unavailable,
-                    &self.reservations,
-                    now,
-                );
-                (c.name_any(), types)
-            })
+            .map(|c| (c.name_any(), self.types_for(&offerings, c, now)))
             .collect())
     }
 
@@ -365,7 +367,7 @@ impl AwsCloud {
             .ok()
             .and_then(|t| t.get(&name).cloned())
         {
-            return Ok(Template { name, id });
+            return Ok(Template { name, id: Some(id) });
         }
         let found = self
             .ec2
@@ -415,11 +417,8 @@ impl AwsCloud {
                 Err(e) => return Err(api_error("ec2:CreateLaunchTemplate", e)),
             }
         }
-        let id = id.unwrap_or_default();
-        if let Ok(mut t) = self.templates.lock() {
-            if !id.is_empty() {
-                t.insert(name.clone(), id.clone());
-            }
+        if let (Some(id), Ok(mut t)) = (&id, self.templates.lock()) {
+            t.insert(name.clone(), id.clone());
         }
         Ok(Template { name, id })
     }

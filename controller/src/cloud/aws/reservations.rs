@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::api::ec2nodeclass::ResolvedCapacityReservation;
 
+/// Reservation states instances can still be launched into.
+pub const USABLE_STATES: [&str; 2] = ["active", "expiring"];
+
 /// How long a reservation's room, as AWS last said, is trusted.
 pub const REFRESH: Duration = Duration::from_secs(60);
 
