@@ -2,8 +2,8 @@
 
 use std::time::Instant;
 
-use jointer_controller::benchmark;
-use jointer_controller::scheduling::solve;
+use jointer_controller::core::benchmark;
+use jointer_controller::core::scheduling::solve;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -54,7 +54,7 @@ pub fn run(
     let solve_seconds = started.elapsed().as_secs_f64();
     let price = plan.price_per_hour();
     let lower = benchmark::lower_bound_per_hour(&problem);
-    let problems = jointer_controller::scheduling::checker::check(&problem, &plan);
+    let problems = jointer_controller::core::scheduling::checker::check(&problem, &plan);
     for p in problems.iter().take(5) {
         eprintln!("plan check: {p}");
     }

@@ -9,10 +9,11 @@ use jointer_controller::api::ec2nodeclass::EC2NodeClass;
 use jointer_controller::api::nodeclaim::NodeClaim;
 use jointer_controller::api::NodePool;
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
-use jointer_controller::disruption::decide::{decide, Inputs as DecideInputs};
-use jointer_controller::provisioning::snapshot::{self, is_provisionable, Snapshot};
-use jointer_controller::runtime::metrics::Metrics;
-use jointer_controller::scheduling::{solve, PodKey, SchedPod};
+use jointer_controller::core::disruption::{decide, Inputs as DecideInputs};
+use jointer_controller::core::pods::is_provisionable;
+use jointer_controller::core::scheduling::{solve, PodKey, SchedPod};
+use jointer_controller::core::state::{self, Snapshot};
+use jointer_controller::metrics::Metrics;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -59,7 +60,8 @@ where
         .collect())
 }
 
-pub type TypesOfClass = HashMap<String, Vec<Arc<jointer_controller::scheduling::InstanceType>>>;
+pub type TypesOfClass =
+    HashMap<String, Vec<Arc<jointer_controller::core::scheduling::InstanceType>>>;
 
 /// The objects the controller decides from, and the instance types of each Ready class.
 pub async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
@@ -78,16 +80,18 @@ pub async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
         &config,
         &ctx.cluster.region,
         cluster,
+        "",
         Arc::new(Metrics::new()),
     )?;
-    let types_of_class = cloud.types_of_ready_classes(&snap.nodeclasses).await?;
+    let types_of_class =
+        jointer_controller::cloud::CloudProvider::instance_types(&cloud, &snap.nodeclasses).await?;
     Ok((snap, types_of_class))
 }
 
 /// The disruption settings the installed controller runs with (its Deployment's env), so
 /// `explain node` agrees with it; the controller's defaults when it runs some other way.
 async fn controller_settings(ctx: &Context) -> (std::time::Duration, bool) {
-    use jointer_controller::runtime::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
+    use jointer_controller::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
     let deployments: Api<Deployment> =
         Api::namespaced(ctx.kube.clone(), &ctx.config.controller.namespace);
     let env: Vec<(String, String)> = match deployments.get_opt(DEPLOYMENT).await {
@@ -205,7 +209,7 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
         });
     }
     let (snap, types_of_class) = cluster_state(ctx).await?;
-    let mut built = snapshot::build(&snap, &types_of_class);
+    let mut built = state::build(&snap, &types_of_class);
     // A pod kube-scheduler has not given up on yet is explained all the same.
     let waiting_on_scheduler = !is_provisionable(&pod);
     if waiting_on_scheduler {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use jointer_controller::catalog::PriceOverrides;
 use jointer_controller::cloud::aws::pricing;
+use jointer_controller::core::catalog::PriceOverrides;
 use serde::{Deserialize, Serialize};
 
 /// A region's cached prices and when they were fetched.

@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use jointer_controller::api::EC2NodeClass;
-use jointer_controller::catalog::{Catalog, UserInstanceType};
 use jointer_controller::cloud::sim::{SimCloud, Source};
-use jointer_controller::scheduling::pool_input::pool_input;
-use jointer_controller::scheduling::{checker, solve, Plan, Problem};
+use jointer_controller::core::catalog::{Catalog, UserInstanceType};
+use jointer_controller::core::scheduling::pool_input::pool_input;
+use jointer_controller::core::scheduling::{checker, solve, Plan, Problem};
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -179,7 +179,7 @@ pub fn simulate(args: &Args) -> Result<Report, InputErrors> {
             )
         }
     };
-    let cloud = SimCloud { source };
+    let cloud = SimCloud::new(source);
 
     let classes: Vec<&EC2NodeClass> = objects
         .iter()
@@ -203,7 +203,7 @@ pub fn simulate(args: &Args) -> Result<Report, InputErrors> {
             )).object(located.object.id()));
             continue;
         };
-        match cloud.instance_types(class) {
+        match cloud.class_types(class) {
             Ok(types) => pools.push(pool_input(pool.as_ref(), types, &workload.daemonsets)),
             Err(e) => problems
                 .push(Diagnostic::error(&located.file, e.to_string()).object(located.object.id())),
@@ -234,7 +234,7 @@ pub fn simulate(args: &Args) -> Result<Report, InputErrors> {
 }
 
 fn report(plan: &Plan, input: String, region: String, price_source: &'static str) -> Report {
-    use jointer_controller::scheduling::resources::{format_amount, CPU, MEMORY};
+    use jointer_controller::core::scheduling::resources::{format_amount, CPU, MEMORY};
     let mut nodeclaims = Vec::new();
     let (mut cpu_req, mut cpu_alloc, mut mem_req, mut mem_alloc) = (0i64, 0i64, 0i64, 0i64);
     for nc in &plan.nodeclaims {

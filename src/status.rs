@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
+use jointer_controller::api::conditions::class_not_ready;
 use jointer_controller::api::nodepool::DisruptionReason;
-use jointer_controller::disruption::budget;
-use jointer_controller::disruption::decide::claim_price;
-use jointer_controller::provisioning::nodeclaim::launched_capacity;
-use jointer_controller::provisioning::snapshot::{class_not_ready, Snapshot};
+use jointer_controller::core::disruption::budget;
+use jointer_controller::core::disruption::claim_price;
+use jointer_controller::core::nodeclaim::launched_capacity;
+use jointer_controller::core::state::Snapshot;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -203,7 +204,7 @@ mod tests {
 
     use jointer_controller::api::nodeclaim::NodeClaim;
     use jointer_controller::api::NodePool;
-    use jointer_controller::scheduling::{
+    use jointer_controller::core::scheduling::{
         CapacityType, InstanceType, Offering, Requirements, Resources,
     };
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use jointer_controller::api::Quantity;
-use jointer_controller::scheduling::SchedPod;
+use jointer_controller::core::scheduling::SchedPod;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};

@@ -22,7 +22,7 @@ enum Command {
     /// Run the controller (settings from the environment, as the Deployment sets them).
     Run {
         #[command(flatten)]
-        settings: Box<jointer_controller::runtime::settings::Settings>,
+        settings: Box<jointer_controller::settings::Settings>,
     },
     /// Print the CRDs generated from the API types (or write one file per CRD into --out).
     Crds {

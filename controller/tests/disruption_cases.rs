@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jointer_controller::api::labels;
-use jointer_controller::disruption::decide::{decide, Inputs, Method};
-use jointer_controller::provisioning::snapshot::Snapshot;
-use jointer_controller::scheduling::{
+use jointer_controller::core::disruption::{decide, Inputs, Method};
+use jointer_controller::core::scheduling::{
     CapacityType, InstanceType, Offering, Requirement, Requirements, Resources,
 };
+use jointer_controller::core::state::Snapshot;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
@@ -105,7 +105,7 @@ fn snapshot(pool: Value, nodes: &[(Value, Value)], pods: &[Value]) -> Snapshot {
     }
 }
 
-fn run(snap: &Snapshot) -> jointer_controller::disruption::decide::Decision {
+fn run(snap: &Snapshot) -> jointer_controller::core::disruption::Decision {
     let types = types();
     decide(&Inputs {
         snapshot: snap,
@@ -116,7 +116,7 @@ fn run(snap: &Snapshot) -> jointer_controller::disruption::decide::Decision {
     })
 }
 
-fn kept_reason(d: &jointer_controller::disruption::decide::Decision, claim: &str) -> String {
+fn kept_reason(d: &jointer_controller::core::disruption::Decision, claim: &str) -> String {
     let all: Vec<&str> = d
         .kept
         .iter()

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jointer_controller::api::{labels, Taint, TaintEffect};
-use jointer_controller::scheduling::pod::{
+use jointer_controller::core::scheduling::pod::{
     AffinityTerm, Selector, Toleration, TopologySpread, Unsatisfiable,
 };
-use jointer_controller::scheduling::{
+use jointer_controller::core::scheduling::{
     checker, solve, CapacityType, ExistingNode, InstanceType, Limits, Offering, Plan, PoolInput,
     Problem, Rejection, Requirement, Requirements, Resources, SchedPod,
 };

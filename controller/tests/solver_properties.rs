@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jointer_controller::api::{labels, Taint, TaintEffect};
-use jointer_controller::scheduling::pod::{
+use jointer_controller::core::scheduling::pod::{
     AffinityTerm, Selector, Toleration, TopologySpread, Unsatisfiable,
 };
-use jointer_controller::scheduling::{
+use jointer_controller::core::scheduling::{
     checker, solve, CapacityType, ExistingNode, InstanceType, Limits, Offering, PoolInput, Problem,
     Requirement, Requirements, Resources, SchedPod,
 };
@@ -318,7 +318,7 @@ proptest! {
     fn solving_is_deterministic(problem in problem()) {
         let a = solve(&problem);
         let b = solve(&problem);
-        let summary = |p: &jointer_controller::scheduling::Plan| p.nodeclaims.iter().map(|n| (n.pool.clone(), n.pods.clone(), n.instance_types.len())).collect::<Vec<_>>();
+        let summary = |p: &jointer_controller::core::scheduling::Plan| p.nodeclaims.iter().map(|n| (n.pool.clone(), n.pods.clone(), n.instance_types.len())).collect::<Vec<_>>();
         prop_assert_eq!(summary(&a), summary(&b));
         prop_assert_eq!(a.unschedulable.len(), b.unschedulable.len());
     }

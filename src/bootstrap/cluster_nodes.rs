@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use jointer_controller::lifecycle::drain;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
@@ -215,7 +214,11 @@ async fn holders(ctx: &Context, pool: &str) -> Result<Vec<String>> {
         .map(|p| (*p).clone())
         .collect();
     let pdbs = all::<PodDisruptionBudget>(&ctx.kube).await?;
-    Ok(drain::holders(&on_nodes, &pdbs, Timestamp::now()))
+    Ok(jointer_controller::core::pods::holders(
+        &on_nodes,
+        &pdbs,
+        Timestamp::now(),
+    ))
 }
 
 async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {

@@ -1,4 +1,5 @@
-//! Well-known label, annotation, taint and finalizer names of the Karpenter v1 API.
+//! Well-known label, annotation, taint, finalizer and AWS tag names of the Karpenter v1 API:
+//! the one home of every such name in the workspace (the CLI uses these too).
 
 pub const NODEPOOL: &str = "karpenter.sh/nodepool";
 pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
@@ -30,3 +31,49 @@ pub const LEGACY_DO_NOT_EVICT: &str = "karpenter.sh/do-not-evict";
 pub const LEGACY_DO_NOT_CONSOLIDATE: &str = "karpenter.sh/do-not-consolidate";
 
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
+
+/// Finalizer on EC2NodeClasses: the instance profiles and launch templates made for a class
+/// go before the class does.
+pub const NODECLASS_FINALIZER: &str = "karpenter.k8s.aws/termination";
+
+/// Taint on a node being disrupted, so nothing new lands on it while it drains.
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+/// Taint a node boots with (from its user data) until the controller has registered it.
+pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+
+/// NodeClaim annotations upstream records the rendered template hashes in (drift).
+pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+/// NodeClaim annotations with where it was launched, to tell whether its class still selects it.
+pub const LAUNCHED_SUBNET: &str = "jointer.dev/subnet";
+pub const LAUNCHED_SECURITY_GROUPS: &str = "jointer.dev/security-groups";
+/// The annotation upstream records a deleting NodeClaim's drain deadline in (RFC 3339).
+pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+
+/// Static pod annotation: a mirror pod cannot be evicted.
+pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
+
+// --- AWS tags ------------------------------------------------------------------------------
+// What the controller writes on everything it launches, what its IAM policy is scoped by
+// (the CLI's `permissions`) and what garbage collection and the CLI's teardown sweep look
+// for. Written once here so the three can never disagree.
+
+/// Tag naming the NodeClaim an instance was launched for: how a restarted controller finds
+/// the instance of a launch whose result it never recorded.
+pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+/// EKS's own cluster tag.
+pub const EKS_CLUSTER_TAG: &str = "eks:eks-cluster-name";
+
+/// `kubernetes.io/cluster/<cluster>`, valued `owned` on what the cluster owns.
+pub fn cluster_tag(cluster: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster}")
+}
+
+/// The tags that mark an AWS resource as made by the controller for `cluster` (before the
+/// class's own and per-resource tags are added).
+pub fn owned_tags(cluster: &str) -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([
+        (cluster_tag(cluster), "owned".to_string()),
+        (EKS_CLUSTER_TAG.to_string(), cluster.to_string()),
+    ])
+}

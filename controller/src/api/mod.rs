@@ -5,6 +5,7 @@
 //! land in the generated CRDs, where the API server enforces them, and [`validation`] evaluates
 //! the very same rules offline, so `jointer render` and the cluster always agree.
 
+pub mod conditions;
 pub mod duration;
 pub mod ec2nodeclass;
 pub mod labels;

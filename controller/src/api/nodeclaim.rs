@@ -110,3 +110,9 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
+
+/// The instance a provider ID names: its last path segment (`aws:///<zone>/<instance id>`),
+/// which stays the same however the zone part was written.
+pub fn instance_key(provider_id: &str) -> &str {
+    provider_id.rsplit('/').next().unwrap_or(provider_id)
+}

@@ -1,13 +1,30 @@
-//! The simulated cloud: instance types from a catalog, as an EC2NodeClass would see them.
+//! The simulated cloud: instance types from a catalog, as an EC2NodeClass would see them, and
+//! an in-process [`CloudProvider`] over them — it launches the cheapest offering a NodeClaim
+//! allows, remembers its instances, records every launch and termination, and fails when a
+//! test asks it to (an error for the next launches, no capacity for an offering). It is what
+//! `jointer simulate` prices with and what the controllers' tests run against.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::{
+    CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
+};
+use crate::api::conditions::class_not_ready;
+use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
+use crate::api::nodeclaim::{instance_key, NodeClaim};
+use crate::core::scheduling::{CapacityType, Requirements, Resources};
 
 use crate::api::ec2nodeclass::AmiFamily;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
-use crate::catalog::{Catalog, CatalogError, PriceOverrides};
-use crate::scheduling::overhead::KubeletSettings;
-use crate::scheduling::{InstanceType, Resources};
+use crate::core::catalog::{Catalog, CatalogError, PriceOverrides};
+use crate::core::scheduling::overhead::kubelet_settings;
+use crate::core::scheduling::InstanceType;
 
 /// Where the instance types (and so the prices) of a simulation come from.
 pub enum Source {
@@ -18,47 +35,37 @@ pub enum Source {
         prices: Option<PriceOverrides>,
     },
     /// A user-supplied catalog (allocatable derived per node class unless stated).
-    User(Vec<crate::catalog::UserInstanceType>),
+    User(Vec<crate::core::catalog::UserInstanceType>),
 }
 
 pub struct SimCloud {
     pub source: Source,
+    state: Mutex<State>,
 }
 
-/// The kubelet settings of a node class that change capacity or overhead.
-pub fn kubelet_settings(class: &EC2NodeClass) -> KubeletSettings {
-    let mut settings = KubeletSettings::default();
-    if let Some(k) = &class.spec.kubelet {
-        settings.max_pods = k.max_pods.map(i64::from);
-        settings.pods_per_core = k.pods_per_core.map(i64::from);
-        if !k.kube_reserved.is_empty() {
-            settings.kube_reserved = Some(Resources::from_quantities(&k.kube_reserved).0);
-        }
-        settings.system_reserved = Resources::from_quantities(&k.system_reserved).0;
-        let memory_threshold = |map: &Option<std::collections::BTreeMap<String, String>>| {
-            map.as_ref()
-                .and_then(|m| m.get("memory.available"))
-                .and_then(|v| v.parse::<crate::api::Quantity>().ok())
-                .map(|q| q.units_ceil() as i64)
-        };
-        settings.eviction_memory = match (
-            memory_threshold(&k.eviction_hard),
-            memory_threshold(&k.eviction_soft),
-        ) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    settings.root_volume_bytes = class
-        .spec
-        .block_device_mappings
-        .iter()
-        .find(|m| m.root_volume == Some(true))
-        .or_else(|| class.spec.block_device_mappings.first())
-        .and_then(|m| m.ebs.as_ref())
-        .and_then(|e| e.volume_size.as_ref())
-        .map(|q| q.units_ceil() as i64);
-    settings
+/// An instance the simulated cloud runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimInstance {
+    pub launched: Launched,
+    pub nodeclaim: String,
+    pub launched_at: Timestamp,
+    pub state: InstanceState,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    /// By instance id.
+    instances: BTreeMap<String, SimInstance>,
+    /// Provider IDs, in termination order.
+    terminated: Vec<String>,
+    /// Errors the next launches fail with, in order.
+    failing_launches: VecDeque<CloudError>,
+    /// (instance type, zone, capacity type) EC2 would have no capacity for.
+    scarce: BTreeSet<(String, String, CapacityType)>,
+    /// Offerings left out after a capacity error, as the AWS provider does for 3 minutes.
+    unavailable: BTreeSet<(String, String, CapacityType)>,
+    launch_calls: usize,
 }
 
 /// Architectures the class's AMIs exist for (Windows AMIs are x86 only).
@@ -85,14 +92,93 @@ fn architectures(class: &EC2NodeClass) -> &'static [&'static str] {
 }
 
 impl SimCloud {
+    pub fn new(source: Source) -> SimCloud {
+        SimCloud {
+            source,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A test that panicked while holding the lock leaves consistent data behind.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next `launch` calls fail with these errors, in order.
+    pub fn fail_next_launches(&self, errors: impl IntoIterator<Item = CloudError>) {
+        self.state().failing_launches.extend(errors);
+    }
+
+    /// EC2 has no capacity for this offering: a launch that lands on it fails with
+    /// insufficient capacity (and the offering is skipped afterwards).
+    pub fn no_capacity(&self, instance_type: &str, zone: &str, capacity: CapacityType) {
+        self.state()
+            .scarce
+            .insert((instance_type.into(), zone.into(), capacity));
+    }
+
+    /// Every instance launched so far, terminated ones included.
+    pub fn instances(&self) -> Vec<SimInstance> {
+        self.state().instances.values().cloned().collect()
+    }
+
+    /// Provider IDs terminated so far, in order.
+    pub fn terminated(&self) -> Vec<String> {
+        self.state().terminated.clone()
+    }
+
+    /// How many times `launch` was called (failed calls included).
+    pub fn launch_calls(&self) -> usize {
+        self.state().launch_calls
+    }
+
+    /// An instance the cloud took back on its own (a spot reclaim, a stop from outside).
+    pub fn reclaim(&self, provider_id: &str) {
+        if let Some(i) = self.state().instances.get_mut(instance_key(provider_id)) {
+            i.state = InstanceState::Gone;
+        }
+    }
+
+    /// The instance types of `class`, without offerings that ran out of capacity.
+    fn offered(&self, class: &EC2NodeClass) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        let types = self
+            .class_types(class)
+            .map_err(|e| CloudError::ClassNotReady {
+                class: class.name_any(),
+                why: e.to_string(),
+            })?;
+        let state = self.state();
+        if state.unavailable.is_empty() {
+            return Ok(types);
+        }
+        Ok(types
+            .into_iter()
+            .map(|t| {
+                let gone = |o: &crate::core::scheduling::Offering| {
+                    state
+                        .unavailable
+                        .contains(&(t.name.clone(), o.zone.clone(), o.capacity_type))
+                };
+                if !t.offerings.iter().any(gone) {
+                    return t;
+                }
+                let mut copy = t.as_ref().clone();
+                for o in copy.offerings.iter_mut().filter(|o| gone(o)) {
+                    o.available = false;
+                }
+                Arc::new(copy)
+            })
+            .collect())
+    }
+
     /// The instance types nodes of `class` could be launched as.
-    pub fn instance_types(
+    pub fn class_types(
         &self,
         class: &EC2NodeClass,
     ) -> Result<Vec<Arc<InstanceType>>, CatalogError> {
         match &self.source {
             Source::User(entries) => {
-                crate::catalog::user_instance_types(entries, &kubelet_settings(class))
+                crate::core::catalog::user_instance_types(entries, &kubelet_settings(class))
             }
             Source::Embedded {
                 catalog,
@@ -113,5 +199,199 @@ impl SimCloud {
                     .collect())
             }
         }
+    }
+}
+
+fn arch_requirement(arch: &str) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: labels::ARCH.into(),
+        operator: "In".into(),
+        values: Some(vec![arch.into()]),
+    }
+}
+
+#[async_trait::async_trait]
+impl CloudProvider for SimCloud {
+    async fn instance_types(
+        &self,
+        classes: &[Arc<EC2NodeClass>],
+    ) -> Result<TypesOfClass, CloudError> {
+        classes
+            .iter()
+            .filter(|c| class_not_ready(c).is_none())
+            .map(|c| Ok((c.name_any(), self.offered(c)?)))
+            .collect()
+    }
+
+    async fn launch(
+        &self,
+        claim: &NodeClaim,
+        class: &EC2NodeClass,
+    ) -> Result<(Launched, Arc<InstanceType>), CloudError> {
+        if let Some(why) = class_not_ready(class) {
+            return Err(CloudError::ClassNotReady {
+                class: class.name_any(),
+                why,
+            });
+        }
+        let types = self.offered(class)?;
+        let mut state = self.state();
+        state.launch_calls += 1;
+        if let Some(e) = state.failing_launches.pop_front() {
+            return Err(e);
+        }
+        let requirements = Requirements::from_api(&claim.spec.requirements);
+        let (requests, _) = Resources::from_quantities(&claim.spec.resources.requests);
+        let cheapest = types
+            .iter()
+            .filter(|t| t.requirements.conflict(&requirements).is_none())
+            .filter(|t| requests.fits_in(&t.allocatable))
+            .filter_map(|t| Some((t, t.cheapest(&requirements)?.clone())))
+            .min_by(|a, b| a.1.price.total_cmp(&b.1.price));
+        let Some((t, offering)) = cheapest else {
+            return Err(CloudError::NoOffering(format!(
+                "no instance type of EC2NodeClass {} satisfies NodeClaim {}",
+                class.name_any(),
+                claim.name_any()
+            )));
+        };
+        let key = (
+            t.name.clone(),
+            offering.zone.clone(),
+            offering.capacity_type,
+        );
+        if state.scarce.contains(&key) {
+            state.unavailable.insert(key);
+            return Err(CloudError::InsufficientCapacity {
+                offered: 1,
+                errors: format!("{}/{}: InsufficientInstanceCapacity", t.name, offering.zone),
+            });
+        }
+        state.next_id += 1;
+        let id = format!("i-sim{:012}", state.next_id);
+        let status = class.status.clone().unwrap_or_default();
+        let launched = Launched {
+            provider_id: format!("sim:///{}/{id}", offering.zone),
+            instance_type: t.name.clone(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type,
+            image_id: status.amis.first().map(|a| a.id.clone()),
+            subnet_id: status
+                .subnets
+                .iter()
+                .find(|s| s.zone == offering.zone)
+                .map(|s| s.id.clone()),
+            security_groups: status
+                .security_groups
+                .iter()
+                .map(|g| g.id.clone())
+                .collect(),
+            capacity_reservation_id: None,
+        };
+        state.instances.insert(
+            id,
+            SimInstance {
+                launched: launched.clone(),
+                nodeclaim: claim.name_any(),
+                launched_at: Timestamp::now(),
+                state: InstanceState::Live,
+            },
+        );
+        Ok((launched, t.clone()))
+    }
+
+    async fn find_launched(&self, claim: &str) -> Result<Option<Launched>, CloudError> {
+        Ok(self
+            .state()
+            .instances
+            .values()
+            .find(|i| i.nodeclaim == claim && i.state == InstanceState::Live)
+            .map(|i| i.launched.clone()))
+    }
+
+    async fn instance_state(&self, provider_id: &str) -> Result<InstanceState, CloudError> {
+        Ok(self
+            .state()
+            .instances
+            .get(instance_key(provider_id))
+            .map_or(InstanceState::Gone, |i| i.state))
+    }
+
+    async fn terminate(&self, provider_ids: &[String]) -> Result<(), CloudError> {
+        let mut state = self.state();
+        for p in provider_ids {
+            let live = state
+                .instances
+                .get_mut(instance_key(p))
+                .filter(|i| i.state == InstanceState::Live);
+            if let Some(i) = live {
+                i.state = InstanceState::Gone;
+                state.terminated.push(p.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn owned_instances(&self) -> Result<Vec<OwnedInstance>, CloudError> {
+        Ok(self
+            .state()
+            .instances
+            .values()
+            .filter(|i| i.state == InstanceState::Live)
+            .map(|i| OwnedInstance {
+                provider_id: i.launched.provider_id.clone(),
+                launched_at: i.launched_at,
+                nodeclaim: Some(i.nodeclaim.clone()),
+            })
+            .collect())
+    }
+
+    fn offering_unavailable(&self, instance_type: &str, zone: &str, capacity: CapacityType) {
+        self.state()
+            .unavailable
+            .insert((instance_type.into(), zone.into(), capacity));
+    }
+
+    /// One subnet per zone the catalog offers, one security group, one AMI per architecture.
+    async fn resolve(&self, class: &EC2NodeClass) -> Resolution {
+        let types = self.class_types(class);
+        let zones: BTreeSet<String> = types
+            .iter()
+            .flatten()
+            .flat_map(|t| t.offerings.iter().map(|o| o.zone.clone()))
+            .collect();
+        let subnets = if zones.is_empty() {
+            Err("the catalog offers no zone".to_string())
+        } else {
+            Ok(zones
+                .iter()
+                .map(|z| ResolvedSubnet {
+                    id: format!("subnet-sim-{z}"),
+                    zone: z.clone(),
+                    zone_id: None,
+                })
+                .collect())
+        };
+        Resolution {
+            subnets,
+            security_groups: Ok(vec![ResolvedSecurityGroup {
+                id: "sg-sim".into(),
+                name: Some("sim".into()),
+            }]),
+            amis: Ok(architectures(class)
+                .iter()
+                .map(|arch| ResolvedAmi {
+                    id: format!("ami-sim-{arch}"),
+                    name: Some(format!("sim {arch}")),
+                    requirements: vec![arch_requirement(arch)],
+                })
+                .collect()),
+            instance_profile: Ok(format!("sim-{}", class.name_any())),
+            capacity_reservations: Ok(Vec::new()),
+        }
+    }
+
+    async fn release(&self, _class: &EC2NodeClass) -> Result<(), CloudError> {
+        Ok(())
     }
 }

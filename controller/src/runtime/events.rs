@@ -8,7 +8,7 @@ use kube::Resource;
 pub async fn publish<K>(
     recorder: &Recorder,
     object: &K,
-    warning: bool,
+    type_: EventType,
     reason: &str,
     action: &str,
     note: &str,
@@ -16,11 +16,7 @@ pub async fn publish<K>(
     K: Resource<DynamicType = ()>,
 {
     let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
+        type_,
         reason: reason.into(),
         // The API refuses notes over 1 kB.
         note: Some(note.chars().take(1000).collect()),

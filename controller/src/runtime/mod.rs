@@ -1,12 +1,12 @@
-//! The controller process: settings, JSON logs, the metrics and health servers, leader
-//! election, and the controllers, which run only on the elected leader.
+//! The controller process and the only composition root: settings, JSON logs, the metrics
+//! and health servers, leader election, the AWS cloud, and the controllers, which run only on
+//! the elected leader. Everything the controllers share lives in [`Context`].
 
+mod context;
 pub mod events;
 pub mod finalizers;
 pub mod leader;
-pub mod metrics;
 pub mod server;
-pub mod settings;
 pub mod stores;
 
 use std::sync::atomic::Ordering;
@@ -14,12 +14,14 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 
-use crate::cloud::aws::{describe_cluster, AwsCloud};
-use crate::{disruption, garbage, interruption, lifecycle, nodeclass, provisioning};
-use metrics::Metrics;
-use server::Health;
-use settings::Settings;
+pub use context::Context;
 
+use crate::cloud::aws::{self, AwsCloud};
+use crate::cloud::InterruptionQueue;
+use crate::controllers;
+use crate::metrics::Metrics;
+use crate::settings::Settings;
+use server::Health;
 fn init_logs(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -58,20 +60,16 @@ pub async fn run(settings: Settings) -> Result<()> {
     let client = crate::clients::kube_client()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
-    let aws = crate::clients::aws_config(Some(&settings.region)).await;
-    let ctx = Arc::new(nodeclass::Ctx {
-        kubernetes_version: kubernetes_version(&client).await?,
-        ec2: aws_sdk_ec2::Client::new(&aws),
-        iam: aws_sdk_iam::Client::new(&aws),
-        ssm: aws_sdk_ssm::Client::new(&aws),
-        client: client.clone(),
-        settings: settings.clone(),
-        metrics: metrics.clone(),
-    });
+    let config = crate::clients::aws_config(Some(&settings.region)).await;
+    let kubernetes = kubernetes_version(&client).await?;
     health.ready.store(true, Ordering::Relaxed);
-    tracing::info!(cluster = %settings.cluster_name, region = %settings.region, kubernetes = %ctx.kubernetes_version, "jointer-controller started");
+    tracing::info!(cluster = %settings.cluster_name, region = %settings.region, %kubernetes, "jointer-controller started");
 
-    let elector = leader::Elector::new(client, &settings.lease_namespace(), settings.identity());
+    let elector = leader::Elector::new(
+        client.clone(),
+        &settings.lease_namespace(),
+        settings.identity(),
+    );
     // Wait for the Lease; a standby replica stays here.
     loop {
         match elector.try_acquire_or_renew().await {
@@ -84,89 +82,31 @@ pub async fn run(settings: Settings) -> Result<()> {
     metrics.leader.set(1);
     tracing::info!(identity = %elector.identity(), "elected leader");
 
-    let collector = garbage::Collector {
-        client: ctx.client.clone(),
-        ec2: ctx.ec2.clone(),
-        cluster: settings.cluster_name.clone(),
-        grace: settings.gc_grace,
-        metrics: metrics.clone(),
-    };
-    let cluster = describe_cluster(
-        &aws_sdk_eks::Client::new(&aws),
+    let cluster = aws::describe_cluster(
+        &aws_sdk_eks::Client::new(&config),
         &settings.cluster_name,
         settings.cluster_endpoint.as_deref(),
     )
     .await?;
     let cloud = Arc::new(AwsCloud::new(
-        &aws,
+        &config,
         &settings.region,
         cluster,
+        &kubernetes,
         metrics.clone(),
     )?);
-    let (stores, caches) = stores::Stores::start(&ctx.client);
-    let reporter = kube::runtime::events::Reporter {
-        controller: "jointer-controller".into(),
-        instance: Some(elector.identity().to_string()),
-    };
-    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), reporter);
-    let provisioner = provisioning::Provisioner {
-        client: ctx.client.clone(),
-        cloud: cloud.clone(),
-        stores: stores.clone(),
-        settings: settings.clone(),
-        metrics: metrics.clone(),
-        recorder: recorder.clone(),
-    };
-    let lifecycle_ctx = Arc::new(lifecycle::Ctx {
-        client: ctx.client.clone(),
+    let queue = settings.interruption_queue.clone().map(|name| {
+        Arc::new(aws::Sqs::new(&config, name, metrics.clone())) as Arc<dyn InterruptionQueue>
+    });
+    let (ctx, caches) = Context::new(
+        client,
         cloud,
-        stores: stores.clone(),
-        metrics: metrics.clone(),
-        recorder,
-    });
-    let disruptor = disruption::Disruptor {
-        client: ctx.client.clone(),
-        cloud: lifecycle_ctx.cloud.clone(),
-        stores: stores.clone(),
-        settings: settings.clone(),
-        metrics: metrics.clone(),
-        recorder: lifecycle_ctx.recorder.clone(),
-    };
-    let interruption = settings
-        .interruption_queue
-        .clone()
-        .map(|queue| interruption::Handler {
-            sqs: aws_sdk_sqs::Client::new(&aws),
-            queue,
-            client: ctx.client.clone(),
-            stores: stores.clone(),
-            cloud: lifecycle_ctx.cloud.clone(),
-            metrics: metrics.clone(),
-            recorder: lifecycle_ctx.recorder.clone(),
-            act_on_rebalance: settings.interruption_act_on_rebalance,
-        });
-    let interruption = async move {
-        match interruption {
-            Some(h) => h.run().await,
-            None => {
-                tracing::info!("INTERRUPTION_QUEUE unset: interruption handling is off");
-                std::future::pending::<()>().await
-            }
-        }
-    };
-    let pool_status = provisioning::pool_status_loop(ctx.client.clone(), stores);
-    let controllers = tokio::spawn(async move {
-        tokio::join!(
-            caches,
-            nodeclass::run(ctx),
-            collector.run(),
-            provisioner.run(),
-            lifecycle::run(lifecycle_ctx),
-            pool_status,
-            disruptor.run(),
-            interruption,
-        );
-    });
+        queue,
+        settings,
+        metrics.clone(),
+        elector.identity(),
+    );
+    let controllers = tokio::spawn(run_controllers(Arc::new(ctx), caches));
     // Keep the Lease; losing it (or a signal) ends the process, and its supervisor restarts
     // it as a standby: two leaders must never act at once.
     let renew = async {
@@ -197,6 +137,22 @@ pub async fn run(settings: Settings) -> Result<()> {
     elector.release().await;
     tracing::info!(reason, "jointer-controller stopping");
     Ok(())
+}
+
+/// Runs every controller over `ctx` (and the watch caches feeding it) until the process
+/// stops. The controller tests call this with the simulated cloud.
+pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future<Output = ()>) {
+    tokio::join!(
+        caches,
+        controllers::nodeclass::run(ctx.clone()),
+        controllers::garbage::run(ctx.clone()),
+        controllers::provisioner::run(ctx.clone()),
+        controllers::nodeclaim::run(ctx.clone()),
+        controllers::pool_status::run(ctx.clone()),
+        controllers::pod_events::run(ctx.clone()),
+        controllers::disruption::run(ctx.clone()),
+        controllers::interruption::run(ctx),
+    );
 }
 
 /// SIGTERM, as Kubernetes sends on pod deletion.

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Ready once the clients work and the caches are filled; alive while the process runs.
 #[derive(Default)]

@@ -14,7 +14,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::NodePool;
-use crate::provisioning::snapshot::Snapshot;
+use crate::core::state::Snapshot;
 
 #[derive(Clone)]
 pub struct Stores {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::api::ec2nodeclass::ResolvedSubnet;
 use crate::api::labels;
-use crate::scheduling::{CapacityType, InstanceType, Requirements, Resources};
+use crate::core::scheduling::{CapacityType, InstanceType, Requirements, Resources};
 
 /// (zone, capacity type, USD/hour) of one usable offering.
 type Offer = (String, CapacityType, f64);
@@ -174,7 +174,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::{Offering, Requirement};
+    use crate::core::scheduling::{Offering, Requirement};
 
     fn itype(name: &str, cpu: i64, offers: &[(&str, CapacityType, f64)]) -> Arc<InstanceType> {
         let mut req = Requirements::new();

@@ -14,13 +14,10 @@ use super::reservations::Reservations;
 use super::unavailable::Unavailable;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
-use crate::catalog::{Catalog, Shape};
-use crate::cloud::sim::kubelet_settings;
-use crate::scheduling::{CapacityType, InstanceType, Offering};
-
-/// What launching into a capacity reservation is priced at, relative to on-demand (as
-/// upstream: near zero, yet keeping the types' order).
-pub const RESERVED_PRICE_FACTOR: f64 = 1e-7;
+use crate::core::catalog::{Catalog, Shape};
+use crate::core::disruption::price::RESERVED_PRICE_FACTOR;
+use crate::core::scheduling::overhead::kubelet_settings;
+use crate::core::scheduling::{CapacityType, InstanceType, Offering};
 
 /// `m5.large` → family `m5`, category `m`, generation 5, size `large`.
 pub fn parse_name(name: &str) -> Option<(String, String, Option<i64>, String)> {
@@ -190,7 +187,7 @@ impl RegionOfferings {
                 od_price,
                 ..shape.clone()
             };
-            out.push(Arc::new(crate::catalog::instance_type(
+            out.push(Arc::new(crate::core::catalog::instance_type(
                 &shape,
                 &self.region,
                 &kubelet,

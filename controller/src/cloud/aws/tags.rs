@@ -1,20 +1,22 @@
-//! What the controller marks as its own on AWS, in one place for the controller (which
-//! garbage-collects it) and the CLI (whose teardown sweeps it): instances tagged
+//! How the controller's own AWS resources are found, for the controller (which
+//! garbage-collects them) and the CLI (whose teardown sweeps them): instances tagged
 //! `kubernetes.io/cluster/<cluster>=owned` with a `karpenter.sh/nodepool` tag, and instance
-//! profiles under `/karpenter/<region>/<cluster>/`.
+//! profiles under `/karpenter/<region>/<cluster>/`. The tag names are `api::labels`'.
 
 use aws_sdk_ec2::types::Filter;
+
+use crate::api::labels;
 
 /// DescribeInstances filters for the cluster's NodePool instances in the given states.
 pub fn owned_instance_filters(cluster: &str, states: &[&str]) -> Vec<Filter> {
     vec![
         Filter::builder()
-            .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+            .name(format!("tag:{}", labels::cluster_tag(cluster)))
             .values("owned")
             .build(),
         Filter::builder()
             .name("tag-key")
-            .values("karpenter.sh/nodepool")
+            .values(labels::NODEPOOL)
             .build(),
         Filter::builder()
             .name("instance-state-name")

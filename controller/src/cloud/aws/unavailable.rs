@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::scheduling::CapacityType;
+use crate::core::scheduling::CapacityType;
 
 /// How long an offering stays unavailable after an insufficient-capacity error (as upstream).
 pub const TTL: Duration = Duration::from_secs(180);

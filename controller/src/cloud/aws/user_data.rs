@@ -12,7 +12,7 @@ use crate::api::taint::{Taint, TaintEffect};
 
 /// Registration taint every node starts with until the controller has synced it with its
 /// NodeClaim; it keeps pods off a node whose labels and taints are not final yet.
-pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+use crate::api::labels::UNREGISTERED_TAINT;
 
 const BOUNDARY: &str = "//";
 

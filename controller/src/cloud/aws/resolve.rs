@@ -1,19 +1,25 @@
-//! Resolving an EC2NodeClass against AWS: its subnets, security groups and AMIs by selector
-//! terms, and its instance profile (made from `spec.role`, or the given `spec.instanceProfile`).
+//! Resolving an EC2NodeClass against AWS: its subnets, security groups, AMIs and capacity
+//! reservations by selector terms, and its instance profile (made from `spec.role`, or the
+//! given `spec.instanceProfile`); and, when the class goes, removing what was made for it.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
-use super::conditions::{
-    describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
-};
-use super::Ctx;
+use kube::ResourceExt;
+
+use super::call::{codes, metered};
+use super::reservations::USABLE_STATES;
+use super::AwsCloud as Ctx;
 use crate::api::ec2nodeclass::{
     EC2NodeClass, ResolvedAmi, ResolvedCapacityReservation, ResolvedSecurityGroup, ResolvedSubnet,
 };
-use crate::cloud::aws::reservations::USABLE_STATES;
+use crate::api::labels;
+use crate::cloud::CloudError;
+use crate::core::nodeclass::{
+    describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
+};
 
 fn aws_error<E: std::fmt::Display>(what: &str, e: E) -> String {
     format!("{what} failed: {e}")
@@ -313,10 +319,7 @@ pub fn profile_name(cluster: &str, region: &str, class: &str) -> String {
 pub fn profile_path(ctx: &Ctx, uid: &str) -> String {
     format!(
         "{}{uid}/",
-        crate::cloud::aws::tags::profile_path_prefix(
-            &ctx.settings.region,
-            &ctx.settings.cluster_name
-        )
+        crate::cloud::aws::tags::profile_path_prefix(&ctx.region, &ctx.cluster.name)
     )
 }
 
@@ -338,11 +341,7 @@ pub async fn instance_profile(ctx: &Ctx, class: &EC2NodeClass) -> Found<String> 
     };
     let class_name = class.metadata.name.clone().unwrap_or_default();
     let uid = class.metadata.uid.clone().unwrap_or_default();
-    let name = profile_name(
-        &ctx.settings.cluster_name,
-        &ctx.settings.region,
-        &class_name,
-    );
+    let name = profile_name(&ctx.cluster.name, &ctx.region, &class_name);
     let got = iam
         .get_instance_profile()
         .instance_profile_name(&name)
@@ -363,24 +362,9 @@ pub async fn instance_profile(ctx: &Ctx, class: &EC2NodeClass) -> Found<String> 
             if e.as_service_error()
                 .is_some_and(|s| s.is_no_such_entity_exception()) =>
         {
-            let tags = [
-                (
-                    format!("kubernetes.io/cluster/{}", ctx.settings.cluster_name),
-                    "owned".to_string(),
-                ),
-                (
-                    "eks:eks-cluster-name".to_string(),
-                    ctx.settings.cluster_name.clone(),
-                ),
-                (
-                    "topology.kubernetes.io/region".to_string(),
-                    ctx.settings.region.clone(),
-                ),
-                (
-                    "karpenter.k8s.aws/ec2nodeclass".to_string(),
-                    class_name.clone(),
-                ),
-            ];
+            let mut tags = labels::owned_tags(&ctx.cluster.name);
+            tags.insert(labels::REGION.into(), ctx.region.clone());
+            tags.insert(labels::EC2NODECLASS.into(), class_name.clone());
             let created = iam
                 .create_instance_profile()
                 .instance_profile_name(&name)
@@ -449,4 +433,93 @@ pub async fn instance_profile(ctx: &Ctx, class: &EC2NodeClass) -> Found<String> 
         )
     })?;
     Ok(name)
+}
+
+/// After the class's NodeClaims are gone: its instance profile (roles first) and the launch
+/// templates made for it.
+pub async fn release(ctx: &Ctx, class: &EC2NodeClass) -> Result<(), CloudError> {
+    let name = class.name_any();
+    let profile = profile_name(&ctx.cluster.name, &ctx.region, &name);
+    let got = metered(
+        &ctx.metrics,
+        "iam",
+        "GetInstanceProfile",
+        ctx.iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send(),
+    )
+    .await;
+    match got {
+        Ok(out) => {
+            for role in out
+                .instance_profile()
+                .map(|p| p.roles())
+                .unwrap_or_default()
+            {
+                metered(
+                    &ctx.metrics,
+                    "iam",
+                    "RemoveRoleFromInstanceProfile",
+                    ctx.iam
+                        .remove_role_from_instance_profile()
+                        .instance_profile_name(&profile)
+                        .role_name(role.role_name())
+                        .send(),
+                )
+                .await?;
+            }
+            metered(
+                &ctx.metrics,
+                "iam",
+                "DeleteInstanceProfile",
+                ctx.iam
+                    .delete_instance_profile()
+                    .instance_profile_name(&profile)
+                    .send(),
+            )
+            .await?;
+            tracing::info!(ec2nodeclass = %name, instance_profile = %profile, "instance profile deleted");
+        }
+        Err(e) if e.is(codes::NO_SUCH_ENTITY) => {}
+        Err(e) => return Err(e),
+    }
+    let templates = metered(
+        &ctx.metrics,
+        "ec2",
+        "DescribeLaunchTemplates",
+        ctx.ec2
+            .describe_launch_templates()
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", labels::EC2NODECLASS))
+                    .values(&name)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", labels::EKS_CLUSTER_TAG))
+                    .values(&ctx.cluster.name)
+                    .build(),
+            )
+            .send(),
+    )
+    .await?;
+    for id in templates
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_id())
+    {
+        metered(
+            &ctx.metrics,
+            "ec2",
+            "DeleteLaunchTemplate",
+            ctx.ec2
+                .delete_launch_template()
+                .launch_template_id(id)
+                .send(),
+        )
+        .await?;
+    }
+    Ok(())
 }

@@ -6,6 +6,8 @@
 //! from ENI limits, kube-reserved memory 11 MiB per pod + 255 MiB, kube-reserved CPU on a
 //! sliding scale per core, 1 GiB kube-reserved ephemeral storage, hard eviction at 100 Mi.
 
+use crate::api::EC2NodeClass;
+
 use super::resources::Resources;
 
 const MIB: i64 = 1 << 20;
@@ -95,6 +97,42 @@ pub fn capacity_and_overhead(hw: &Hardware, kubelet: &KubeletSettings) -> (Resou
         ..Resources::ZERO
     };
     (capacity, kube_reserved + kubelet.system_reserved + eviction)
+}
+
+/// The kubelet settings of a node class that change capacity or overhead.
+pub fn kubelet_settings(class: &EC2NodeClass) -> KubeletSettings {
+    let mut settings = KubeletSettings::default();
+    if let Some(k) = &class.spec.kubelet {
+        settings.max_pods = k.max_pods.map(i64::from);
+        settings.pods_per_core = k.pods_per_core.map(i64::from);
+        if !k.kube_reserved.is_empty() {
+            settings.kube_reserved = Some(Resources::from_quantities(&k.kube_reserved).0);
+        }
+        settings.system_reserved = Resources::from_quantities(&k.system_reserved).0;
+        let memory_threshold = |map: &Option<std::collections::BTreeMap<String, String>>| {
+            map.as_ref()
+                .and_then(|m| m.get("memory.available"))
+                .and_then(|v| v.parse::<crate::api::Quantity>().ok())
+                .map(|q| q.units_ceil() as i64)
+        };
+        settings.eviction_memory = match (
+            memory_threshold(&k.eviction_hard),
+            memory_threshold(&k.eviction_soft),
+        ) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    settings.root_volume_bytes = class
+        .spec
+        .block_device_mappings
+        .iter()
+        .find(|m| m.root_volume == Some(true))
+        .or_else(|| class.spec.block_device_mappings.first())
+        .and_then(|m| m.ebs.as_ref())
+        .and_then(|e| e.volume_size.as_ref())
+        .map(|q| q.units_ceil() as i64);
+    settings
 }
 
 #[cfg(test)]

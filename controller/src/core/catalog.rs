@@ -8,12 +8,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::api::labels;
-use crate::scheduling::overhead::{capacity_and_overhead, Hardware, KubeletSettings};
-use crate::scheduling::{
+use crate::core::scheduling::overhead::{capacity_and_overhead, Hardware, KubeletSettings};
+use crate::core::scheduling::{
     CapacityType, InstanceType, Offering, Requirement, Requirements, Resources,
 };
 
-const EMBEDDED: &str = include_str!("../catalog/aws.json");
+const EMBEDDED: &str = include_str!("../../catalog/aws.json");
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {

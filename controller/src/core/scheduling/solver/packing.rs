@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use super::super::pod::untolerated;
 use super::super::resources::Resources;
 use super::{Attempt, Solver};
-use crate::scheduling::topology::ActiveTerms;
+use crate::core::scheduling::topology::ActiveTerms;
 
 /// Beyond this many distinct pod shapes the dot-product choice is skipped (it is linear in
 /// the number of shapes per placement).
@@ -364,7 +364,7 @@ impl Solver<'_> {
                 })
             })
             .unzip();
-        let Some((_, copies)) = crate::scheduling::fluid::fluid_mix(&offered, demand) else {
+        let Some((_, copies)) = crate::core::scheduling::fluid::fluid_mix(&offered, demand) else {
             return Vec::new();
         };
         let mut mix: Vec<(u32, u64)> = indexes

@@ -4,9 +4,6 @@
 //! removes the instance profiles and launch templates it made once the class's NodeClaims are
 //! gone.
 
-pub mod conditions;
-pub mod resolve;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,38 +14,26 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 use serde_json::json;
 
+use crate::api::conditions::{is_true, FALSE, READY};
 use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
+use crate::api::labels::NODECLASS_FINALIZER as FINALIZER;
 use crate::api::nodeclaim::NodeClaim;
-use crate::runtime::finalizers;
-use crate::runtime::metrics::{Metrics, OutcomeLabels};
-use crate::runtime::settings::Settings;
-use conditions::{conditions, Verdicts};
-
-pub const FINALIZER: &str = "karpenter.k8s.aws/termination";
+use crate::cloud::CloudError;
+use crate::core::nodeclass::{conditions, Verdicts};
+use crate::metrics::OutcomeLabels;
+use crate::runtime::{finalizers, Context};
 /// Retry period while something is missing (a tag being added, a role being created).
 const RETRY_NOT_READY: Duration = Duration::from_secs(15);
-
-/// What the reconciler works with.
-pub struct Ctx {
-    pub client: kube::Client,
-    pub ec2: aws_sdk_ec2::Client,
-    pub iam: aws_sdk_iam::Client,
-    pub ssm: aws_sdk_ssm::Client,
-    pub settings: Settings,
-    pub metrics: Arc<Metrics>,
-    /// `1.34`: which EKS optimized AMIs an alias resolves to.
-    pub kubernetes_version: String,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Cleanup(String),
+    #[error("cleaning up after the class: {0}")]
+    Cleanup(#[from] CloudError),
 }
 
-fn count(ctx: &Ctx, outcome: &str) {
+fn count(ctx: &Context, outcome: &str) {
     ctx.metrics
         .nodeclass_reconciles
         .get_or_create(&OutcomeLabels {
@@ -57,18 +42,21 @@ fn count(ctx: &Ctx, outcome: &str) {
         .inc();
 }
 
-async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
     let name = class.name_any();
     if class.metadata.deletion_timestamp.is_some() {
         return finalize(&api, &class, &ctx).await;
     }
     finalizers::ensure(&api, class.as_ref(), FINALIZER).await?;
-    let subnets = resolve::subnets(&ctx, &class).await;
-    let security_groups = resolve::security_groups(&ctx, &class).await;
-    let amis = resolve::amis(&ctx, &class).await;
-    let profile = resolve::instance_profile(&ctx, &class).await;
-    let reservations = resolve::capacity_reservations(&ctx, &class).await;
+    let resolved = ctx.cloud.resolve(&class).await;
+    let (subnets, security_groups, amis, profile, reservations) = (
+        &resolved.subnets,
+        &resolved.security_groups,
+        &resolved.amis,
+        &resolved.instance_profile,
+        &resolved.capacity_reservations,
+    );
     let verdicts = Verdicts {
         subnets: subnets.as_ref().map(|_| ()).map_err(Clone::clone),
         security_groups: security_groups.as_ref().map(|_| ()).map_err(Clone::clone),
@@ -89,10 +77,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Er
         capacity_reservations: reservations.clone().unwrap_or_default(),
         conditions: conditions(&verdicts, &previous, class.metadata.generation),
     };
-    let ready = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = is_true(&status.conditions, READY);
     if class.status.as_ref() != Some(&status) {
         api.patch_status(
             &name,
@@ -106,7 +91,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Er
             let why: Vec<String> = status
                 .conditions
                 .iter()
-                .filter(|c| c.status == "False" && c.type_ != "Ready")
+                .filter(|c| c.status == FALSE && c.type_ != READY)
                 .map(|c| format!("{}=False: {}", c.type_, c.message))
                 .collect();
             tracing::warn!(ec2nodeclass = %name, reasons = %why.join("; "), "EC2NodeClass not ready");
@@ -126,7 +111,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Ctx>) -> Result<Action, Er
 async fn finalize(
     api: &Api<EC2NodeClass>,
     class: &EC2NodeClass,
-    ctx: &Ctx,
+    ctx: &Context,
 ) -> Result<Action, Error> {
     let name = class.name_any();
     if !class.finalizers().iter().any(|f| f == FINALIZER) {
@@ -144,90 +129,20 @@ async fn finalize(
         tracing::info!(ec2nodeclass = %name, nodeclaims = using, "waiting for NodeClaims before removing the class");
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let profile = resolve::profile_name(&ctx.settings.cluster_name, &ctx.settings.region, &name);
-    if let Ok(out) = ctx
-        .iam
-        .get_instance_profile()
-        .instance_profile_name(&profile)
-        .send()
-        .await
-    {
-        for role in out
-            .instance_profile()
-            .map(|p| p.roles())
-            .unwrap_or_default()
-        {
-            let _ = ctx
-                .iam
-                .remove_role_from_instance_profile()
-                .instance_profile_name(&profile)
-                .role_name(role.role_name())
-                .send()
-                .await;
-        }
-        ctx.iam
-            .delete_instance_profile()
-            .instance_profile_name(&profile)
-            .send()
-            .await
-            .map_err(|e| {
-                Error::Cleanup(format!(
-                    "deleting instance profile {profile}: {}",
-                    aws_sdk_iam::error::DisplayErrorContext(e)
-                ))
-            })?;
-    }
-    let templates = ctx
-        .ec2
-        .describe_launch_templates()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("tag:karpenter.k8s.aws/ec2nodeclass")
-                .values(&name)
-                .build(),
-        )
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("tag:eks:eks-cluster-name")
-                .values(&ctx.settings.cluster_name)
-                .build(),
-        )
-        .send()
-        .await
-        .map_err(|e| {
-            Error::Cleanup(format!(
-                "listing launch templates: {}",
-                aws_sdk_ec2::error::DisplayErrorContext(e)
-            ))
-        })?;
-    for t in templates.launch_templates() {
-        if let Some(id) = t.launch_template_id() {
-            ctx.ec2
-                .delete_launch_template()
-                .launch_template_id(id)
-                .send()
-                .await
-                .map_err(|e| {
-                    Error::Cleanup(format!(
-                        "deleting launch template {id}: {}",
-                        aws_sdk_ec2::error::DisplayErrorContext(e)
-                    ))
-                })?;
-        }
-    }
+    ctx.cloud.release(class).await?;
     finalizers::release(api, class, FINALIZER).await?;
-    tracing::info!(ec2nodeclass = %name, instance_profile = %profile, "EC2NodeClass finalized");
+    tracing::info!(ec2nodeclass = %name, "EC2NodeClass finalized");
     Ok(Action::await_change())
 }
 
-fn error_policy(class: Arc<EC2NodeClass>, error: &Error, ctx: Arc<Ctx>) -> Action {
+fn error_policy(class: Arc<EC2NodeClass>, error: &Error, ctx: Arc<Context>) -> Action {
     count(&ctx, "error");
     tracing::error!(ec2nodeclass = %class.name_any(), error = %error, "reconciling EC2NodeClass failed");
     Action::requeue(Duration::from_secs(10))
 }
 
 /// Runs until the stream ends (the process stops).
-pub async fn run(ctx: Arc<Ctx>) {
+pub async fn run(ctx: Arc<Context>) {
     let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, ctx)

@@ -4,7 +4,6 @@
 //! on launches and registrations that take too long, and on deletion drain the node through
 //! the eviction API, terminate the instance and only then let the NodeClaim go.
 
-pub mod conditions;
 pub mod drain;
 
 use std::sync::Arc;
@@ -15,22 +14,19 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Recorder;
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::labels;
+use crate::api::conditions::{is_true, set, INITIALIZED, LAUNCHED, READY, REGISTERED, TRUE};
+use crate::api::labels::{self, UNREGISTERED_TAINT};
 use crate::api::nodeclaim::{NodeClaim, NodeClaimStatus};
-use crate::cloud::aws::user_data::UNREGISTERED_TAINT;
-use crate::cloud::aws::{node_labels, AwsCloud, LaunchError};
-use crate::disruption::drift;
-use crate::garbage::instance_id;
-use crate::provisioning::nodeclaim::quantities;
-use crate::runtime::finalizers;
-use crate::runtime::metrics::Metrics;
-use crate::runtime::stores::Stores;
-use conditions::{is_true, set, INITIALIZED, LAUNCHED, REGISTERED};
+use crate::cloud::{CloudError, InstanceState};
+use crate::core::drain as drain_policy;
+use crate::core::nodeclaim::quantities;
+use crate::metrics::Metrics;
+use crate::runtime::{finalizers, Context};
 
 /// A NodeClaim not launched after this long is deleted (upstream's timeout).
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(300);
@@ -39,20 +35,12 @@ const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
 /// How often a claim on its way to Ready is looked at again.
 const PROGRESS: Duration = Duration::from_secs(1);
 
-pub struct Ctx {
-    pub client: kube::Client,
-    pub cloud: Arc<AwsCloud>,
-    pub stores: Stores,
-    pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
     #[error("{0}")]
-    Cloud(#[from] LaunchError),
+    Cloud(#[from] CloudError),
 }
 
 fn age(claim: &NodeClaim) -> Duration {
@@ -73,8 +61,8 @@ fn pool_of(claim: &NodeClaim) -> String {
         .unwrap_or_default()
 }
 
-async fn event(ctx: &Ctx, claim: &NodeClaim, warning: bool, reason: &str, note: String) {
-    crate::runtime::events::publish(&ctx.recorder, claim, warning, reason, reason, &note).await;
+async fn event(ctx: &Context, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {
+    crate::runtime::events::publish(&ctx.recorder, claim, type_, reason, reason, &note).await;
 }
 
 async fn patch_status(
@@ -95,10 +83,10 @@ fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == READY && c.status == TRUE))
 }
 
-fn find_node(ctx: &Ctx, provider_id: &str) -> Option<Arc<Node>> {
+fn find_node(ctx: &Context, provider_id: &str) -> Option<Arc<Node>> {
     ctx.stores
         .nodes
         .state()
@@ -106,7 +94,7 @@ fn find_node(ctx: &Ctx, provider_id: &str) -> Option<Arc<Node>> {
         .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
 }
 
-async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let name = claim.name_any();
     if claim.metadata.deletion_timestamp.is_some() {
@@ -126,7 +114,7 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error
                     REGISTRATION_TIMEOUT.as_secs() / 60
                 );
                 tracing::warn!(nodeclaim = %name, reason = %why, "deleting NodeClaim");
-                event(&ctx, &claim, true, "RegistrationTimeout", why).await;
+                event(&ctx, &claim, EventType::Warning, "RegistrationTimeout", why).await;
                 api.delete(&name, &DeleteParams::background()).await?;
                 return Ok(Action::await_change());
             }
@@ -177,7 +165,7 @@ async fn launch(
     api: &Api<NodeClaim>,
     claim: &NodeClaim,
     mut status: NodeClaimStatus,
-    ctx: &Ctx,
+    ctx: &Context,
 ) -> Result<Action, Error> {
     let name = claim.name_any();
     let class_name = &claim.spec.node_class_ref.name;
@@ -188,16 +176,11 @@ async fn launch(
         .into_iter()
         .find(|c| &c.name_any() == class_name);
     let result = match (ctx.cloud.find_launched(&name).await?, class) {
-        (Some((launched, itype)), Some(class)) => {
-            tracing::info!(nodeclaim = %name, instance = %launched.instance_id, "found the instance of an earlier launch; adopting it");
-            let types = ctx.cloud.instance_types(&class).await?;
-            types
-                .into_iter()
-                .find(|t| t.name == itype)
-                .map(|t| (launched, t))
-                .ok_or_else(|| LaunchError::Api(format!("instance type {itype} is unknown")))
+        (Some(launched), Some(class)) => {
+            tracing::info!(nodeclaim = %name, instance = %launched.provider_id, "found the instance of an earlier launch; adopting it");
+            adopt(ctx, launched, class).await
         }
-        (_, None) => Err(LaunchError::ClassNotReady {
+        (_, None) => Err(CloudError::ClassNotReady {
             class: class_name.clone(),
             why: "it does not exist".into(),
         }),
@@ -205,15 +188,15 @@ async fn launch(
     };
     match result {
         Ok((launched, itype)) => {
-            let mut node_labels = node_labels(&itype, &launched);
+            let mut node_labels = launched.node_labels(&itype);
             node_labels.extend(claim.labels().clone());
             // Where it was launched, to tell later whether the class still selects it.
             let mut annotations = serde_json::Map::new();
             if let Some(subnet) = &launched.subnet_id {
-                annotations.insert(drift::SUBNET.into(), json!(subnet));
+                annotations.insert(labels::LAUNCHED_SUBNET.into(), json!(subnet));
             }
             annotations.insert(
-                drift::SECURITY_GROUPS.into(),
+                labels::LAUNCHED_SECURITY_GROUPS.into(),
                 json!(launched.security_groups.join(",")),
             );
             api.patch(
@@ -224,7 +207,7 @@ async fn launch(
                 ),
             )
             .await?;
-            status.provider_id = Some(launched.provider_id());
+            status.provider_id = Some(launched.provider_id.clone());
             status.image_id = launched.image_id.clone();
             status.capacity = quantities(&itype.capacity);
             status.allocatable = quantities(&itype.allocatable);
@@ -234,12 +217,7 @@ async fn launch(
             Ok(Action::requeue(PROGRESS))
         }
         Err(e) => {
-            let reason = match &e {
-                LaunchError::ClassNotReady { .. } => "NodeClassNotReady",
-                LaunchError::InsufficientCapacity { .. } => "InsufficientCapacity",
-                LaunchError::NoOffering(_) => "NoCompatibleOffering",
-                LaunchError::Api(_) => "LaunchFailed",
-            };
+            let reason = e.reason();
             let message = e.to_string();
             tracing::warn!(nodeclaim = %name, reason, error = %message, "launch failed");
             if age(claim) > LAUNCH_TIMEOUT {
@@ -247,7 +225,7 @@ async fn launch(
                     "not launched within {} minutes: {message}",
                     LAUNCH_TIMEOUT.as_secs() / 60
                 );
-                event(ctx, claim, true, "LaunchTimeout", why).await;
+                event(ctx, claim, EventType::Warning, "LaunchTimeout", why).await;
                 api.delete(&name, &DeleteParams::background()).await?;
                 return Ok(Action::await_change());
             }
@@ -258,7 +236,7 @@ async fn launch(
             if changed {
                 set(&mut status.conditions, LAUNCHED, false, reason, &message);
                 patch_status(api, &name, &status).await?;
-                event(ctx, claim, true, reason, message).await;
+                event(ctx, claim, EventType::Warning, reason, message).await;
             }
             // Offerings that had no capacity are now skipped: try the rest soon.
             Ok(Action::requeue(Duration::from_secs(5)))
@@ -268,7 +246,7 @@ async fn launch(
 
 /// The Node joined: give it the NodeClaim's labels and taints, drop the unregistered taint,
 /// and make the NodeClaim its owner.
-async fn register(claim: &NodeClaim, node: &Node, ctx: &Ctx) -> Result<(), kube::Error> {
+async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let mut taints: Vec<k8s_openapi::api::core::v1::Taint> = node
         .spec
@@ -312,18 +290,45 @@ async fn register(claim: &NodeClaim, node: &Node, ctx: &Ctx) -> Result<(), kube:
     Ok(())
 }
 
-async fn instance_gone(ctx: &Ctx, instance: Option<&str>) -> Result<bool, LaunchError> {
+async fn instance_gone(ctx: &Context, instance: Option<&str>) -> Result<bool, CloudError> {
     Ok(match instance {
         None => true,
-        Some(id) => matches!(
-            ctx.cloud.instance_state(id).await?.as_deref(),
-            None | Some("terminated" | "shutting-down")
-        ),
+        Some(id) => ctx.cloud.instance_state(id).await? == InstanceState::Gone,
     })
 }
 
+/// The instance type of an instance an earlier launch made (to fill in the NodeClaim).
+async fn adopt(
+    ctx: &Context,
+    launched: crate::cloud::Launched,
+    class: Arc<crate::api::EC2NodeClass>,
+) -> Result<
+    (
+        crate::cloud::Launched,
+        Arc<crate::core::scheduling::InstanceType>,
+    ),
+    CloudError,
+> {
+    let itype = launched.instance_type.clone();
+    let class_name = class.name_any();
+    let mut types = ctx.cloud.instance_types(&[class]).await?;
+    types
+        .remove(&class_name)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|t| t.name == itype)
+        .map(|t| (launched, t))
+        .ok_or_else(|| CloudError::NotFound {
+            what: format!("instance type {itype} among the class's offerings"),
+        })
+}
+
 /// Drain, terminate, wait for the instance to go, delete the Node, release the finalizer.
-async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result<Action, Error> {
+async fn terminate(
+    api: &Api<NodeClaim>,
+    claim: &NodeClaim,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let name = claim.name_any();
     if !claim
         .finalizers()
@@ -339,21 +344,17 @@ async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result
         None => None,
     };
     // The instance: the recorded one, or one a crashed launch made but never recorded.
-    let instance = match status.provider_id.as_deref().and_then(instance_id) {
-        Some(id) => Some(id.to_string()),
-        None => ctx
-            .cloud
-            .find_launched(&name)
-            .await?
-            .map(|(l, _)| l.instance_id),
+    let instance = match status.provider_id.clone() {
+        Some(id) => Some(id),
+        None => ctx.cloud.find_launched(&name).await?.map(|l| l.provider_id),
     };
-    let deadline = drain::deadline(claim);
+    let deadline = drain_policy::deadline(claim);
     if let Some(at) = deadline {
         if !claim
             .annotations()
-            .contains_key(drain::TERMINATION_TIMESTAMP)
+            .contains_key(labels::TERMINATION_TIMESTAMP)
         {
-            let patch = json!({"metadata": {"annotations": {drain::TERMINATION_TIMESTAMP: at.to_string()}}});
+            let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: at.to_string()}}});
             api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
         }
@@ -370,21 +371,21 @@ async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result
                 !expired && !node_ready(node) && instance_gone(ctx, instance.as_deref()).await?;
             if !expired && !lost {
                 tracing::info!(nodeclaim = %name, node = %node.name_any(), pods = left, "draining");
-                return Ok(Action::requeue(drain::next_pass(now, deadline)));
+                return Ok(Action::requeue(drain_policy::next_pass(now, deadline)));
             }
             let note = if expired {
                 format!("{left} pod(s) still on the node were deleted at the end of the terminationGracePeriod; terminating the instance")
             } else {
                 format!("the instance is gone; {left} pod(s) on the node could not be drained")
             };
-            event(ctx, claim, true, "DrainIncomplete", note).await;
+            event(ctx, claim, EventType::Warning, "DrainIncomplete", note).await;
         }
     }
     if let Some(id) = instance {
-        match ctx.cloud.instance_state(&id).await?.as_deref() {
-            None | Some("terminated") | Some("shutting-down") => {}
-            Some(_) => {
-                ctx.cloud.terminate(&id).await?;
+        match ctx.cloud.instance_state(&id).await? {
+            InstanceState::Gone => {}
+            InstanceState::Live => {
+                ctx.cloud.terminate(std::slice::from_ref(&id)).await?;
                 tracing::info!(nodeclaim = %name, instance = %id, "terminating instance");
                 return Ok(Action::requeue(Duration::from_secs(2)));
             }
@@ -406,13 +407,13 @@ async fn terminate(api: &Api<NodeClaim>, claim: &NodeClaim, ctx: &Ctx) -> Result
     Ok(Action::await_change())
 }
 
-fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::error!(nodeclaim = %claim.name_any(), error = %error, "reconciling NodeClaim failed");
     Action::requeue(Duration::from_secs(5))
 }
 
 /// Runs until the stream ends (the process stops).
-pub async fn run(ctx: Arc<Ctx>) {
+pub async fn run(ctx: Arc<Context>) {
     // Launches read classes and nodes from the caches: wait for their first list.
     ctx.stores.ready().await;
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());

@@ -1,6 +1,7 @@
-//! The cluster as the solver sees it (pure): pending pods, NodePools with the instance types
-//! their EC2NodeClass can launch, existing nodes and NodeClaims still in flight. The controller
-//! and `jointer explain pod` build the same problem from the same objects.
+//! The cluster as the solver sees it (pure): a snapshot of the watched objects, turned into
+//! the scheduling problem — pending pods, NodePools with the instance types their EC2NodeClass
+//! can launch, existing nodes and NodeClaims still in flight. The provisioner, disruption and
+//! `jointer explain` build the same problem from the same objects.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,14 +11,16 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
+use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::labels;
+use crate::api::labels::{DISRUPTED_TAINT, UNREGISTERED_TAINT};
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::taint::{Taint, TaintEffect};
 use crate::api::{NodePool, Quantity};
-use crate::cloud::aws::user_data::UNREGISTERED_TAINT;
-use crate::scheduling::pool_input::pool_input;
-use crate::scheduling::{
+use crate::core::pods::{is_provisionable, is_terminal, must_evict};
+use crate::core::scheduling::pool_input::pool_input;
+use crate::core::scheduling::{
     ExistingNode, InstanceType, PoolInput, Problem, Requirements, Resources, SchedPod,
 };
 
@@ -45,39 +48,6 @@ pub struct Built {
     pub skipped: Vec<SkippedPool>,
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-fn owned_by_daemonset(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
-/// A pod kube-scheduler could not place and the provisioner should: unbound, marked
-/// `PodScheduled=False/Unschedulable`, not being deleted, not a DaemonSet pod (those follow nodes).
-pub fn is_provisionable(pod: &Pod) -> bool {
-    let unbound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
-    let unschedulable = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        });
-    unbound
-        && unschedulable
-        && pod.metadata.deletion_timestamp.is_none()
-        && !is_terminal(pod)
-        && !owned_by_daemonset(pod)
-}
-
 /// Whether a node is on its way out: being deleted, its NodeClaim being deleted, or tainted
 /// for disruption. Its pods are placed again (on a replacement launched while it drains).
 pub fn node_is_going(node: &Node, claims: &[Arc<NodeClaim>]) -> bool {
@@ -87,7 +57,7 @@ pub fn node_is_going(node: &Node, claims: &[Arc<NodeClaim>]) -> bool {
             .spec
             .iter()
             .flat_map(|s| s.taints.iter().flatten())
-            .any(|t| t.key == crate::lifecycle::drain::DISRUPTED_TAINT)
+            .any(|t| t.key == DISRUPTED_TAINT)
         || claims.iter().any(|c| {
             c.metadata.deletion_timestamp.is_some()
                 && c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
@@ -114,35 +84,10 @@ pub fn pods_to_place(snapshot: &Snapshot) -> Vec<Arc<Pod>> {
                     .and_then(|s| s.node_name.as_ref())
                     .is_some_and(|n| going.contains(n))
                     && p.metadata.deletion_timestamp.is_none()
-                    && crate::lifecycle::drain::must_evict(p))
+                    && must_evict(p))
         })
         .cloned()
         .collect()
-}
-
-/// Why a class cannot launch now, or None when it is Ready.
-pub fn class_not_ready(class: &EC2NodeClass) -> Option<String> {
-    let conditions = class
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    if conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-    {
-        return None;
-    }
-    let why: Vec<String> = conditions
-        .iter()
-        .filter(|c| c.status == "False" && c.type_ != "Ready")
-        .map(|c| format!("{}: {}", c.type_, c.message))
-        .collect();
-    Some(if why.is_empty() {
-        "not resolved yet".to_string()
-    } else {
-        why.join("; ")
-    })
 }
 
 fn daemon_pod(ds: &DaemonSet) -> Option<SchedPod> {

@@ -7,14 +7,17 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::api::labels::{
+    LAUNCHED_SECURITY_GROUPS as SECURITY_GROUPS, LAUNCHED_SUBNET as SUBNET, NODECLASS_HASH,
+    NODEPOOL_HASH,
+};
 use crate::api::nodeclaim::NodeClaim;
+use crate::api::nodepool::DisruptionReason;
 use crate::api::NodePool;
 
-pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
-pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
-/// The subnet and (sorted, comma-separated) security groups the instance was launched with.
-pub const SUBNET: &str = "jointer.dev/subnet";
-pub const SECURITY_GROUPS: &str = "jointer.dev/security-groups";
+use super::candidates::Found;
+use super::consolidation::reschedule;
+use super::{Budgets, Command, Inputs, Method};
 
 fn fnv(v: &Value) -> String {
     let text = serde_json::to_string(v).unwrap_or_default();
@@ -95,6 +98,38 @@ pub fn drifted(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>)
             class.name_any()
         )
     })
+}
+
+/// The drift method: one drifted node within its pool's `Drifted` budgets, whose pods go
+/// where the rest of the cluster has room, with new nodes launched first for those that need one.
+pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<Command> {
+    for (c, why) in &found.drifted {
+        let name = c.claim.name_any();
+        if budgets.allowed(c.pool, DisruptionReason::Drifted) == 0 {
+            found.kept.push((
+                name,
+                format!(
+                    "drifted ({why}), but NodePool {}'s disruption budget for Drifted allows no disruption now",
+                    c.pool.name_any()
+                ),
+            ));
+            continue;
+        }
+        match reschedule(inputs, &[c]) {
+            Ok(plan) => {
+                return Some(Command {
+                    method: Method::Drifted,
+                    candidates: vec![name],
+                    replacements: plan.nodeclaims,
+                    saving: 0.0,
+                })
+            }
+            Err(why_not) => found
+                .kept
+                .push((name, format!("drifted ({why}), but {why_not}"))),
+        }
+    }
+    None
 }
 
 #[cfg(test)]

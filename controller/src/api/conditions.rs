@@ -1,22 +1,32 @@
-//! NodeClaim status conditions: `Launched`, `Registered`, `Initialized` → `Ready`.
+//! Status conditions, typed: NodeClaim's `Launched`, `Registered`, `Initialized` → `Ready`,
+//! and what an EC2NodeClass's conditions say about whether it can launch.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+
+use crate::api::EC2NodeClass;
 
 pub const LAUNCHED: &str = "Launched";
 pub const REGISTERED: &str = "Registered";
 pub const INITIALIZED: &str = "Initialized";
 pub const READY: &str = "Ready";
+/// Disruption's NodeClaim conditions.
+pub const CONSOLIDATABLE: &str = "Consolidatable";
+pub const DRIFTED: &str = "Drifted";
+
+/// Condition status values.
+pub const TRUE: &str = "True";
+pub const FALSE: &str = "False";
 
 pub fn is_true(conditions: &[Condition], kind: &str) -> bool {
     conditions
         .iter()
-        .any(|c| c.type_ == kind && c.status == "True")
+        .any(|c| c.type_ == kind && c.status == TRUE)
 }
 
 /// Sets a condition; its transition time moves only when its status does.
 pub fn set(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reason: &str, message: &str) {
-    let status = if ok { "True" } else { "False" };
+    let status = if ok { TRUE } else { FALSE };
     let now = Time(Timestamp::now());
     match conditions.iter_mut().find(|c| c.type_ == kind) {
         Some(c) => {
@@ -51,11 +61,33 @@ pub fn set(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reason: &str, 
         let before = conditions
             .iter()
             .find(|c| c.type_ == READY)
-            .map(|c| c.status == "True");
+            .map(|c| c.status == TRUE);
         if before != Some(ready) {
             set(conditions, READY, ready, reason, message);
         }
     }
+}
+
+/// Why a class cannot launch now, or None when it is Ready.
+pub fn class_not_ready(class: &EC2NodeClass) -> Option<String> {
+    let conditions = class
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    if is_true(conditions, READY) {
+        return None;
+    }
+    let why: Vec<String> = conditions
+        .iter()
+        .filter(|c| c.status == FALSE && c.type_ != READY)
+        .map(|c| format!("{}: {}", c.type_, c.message))
+        .collect();
+    Some(if why.is_empty() {
+        "not resolved yet".to_string()
+    } else {
+        why.join("; ")
+    })
 }
 
 #[cfg(test)]

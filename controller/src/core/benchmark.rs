@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::api::labels;
-use crate::scheduling::pod::{AffinityTerm, Selector, TopologySpread, Unsatisfiable};
-use crate::scheduling::{
+use crate::core::scheduling::pod::{AffinityTerm, Selector, TopologySpread, Unsatisfiable};
+use crate::core::scheduling::{
     CapacityType, InstanceType, Offering, PoolInput, Problem, Requirement, Requirements, Resources,
     SchedPod,
 };
@@ -219,14 +219,14 @@ pub fn lower_bound_per_hour(problem: &Problem) -> Option<f64> {
                 })
         })
         .collect();
-    crate::scheduling::fluid::fluid_mix(&offered, demand).map(|(price, _)| price)
+    crate::core::scheduling::fluid::fluid_mix(&offered, demand).map(|(price, _)| price)
 }
 
 /// The `aws` profile: the embedded catalog's us-east-1 types under a NodePool like the
 /// default template (categories c/m/r, spot and on-demand, amd64 and arm64) and
 /// [`mixed_workload`].
-pub fn aws(pods: usize, seed: u64) -> Result<Problem, crate::catalog::CatalogError> {
-    let catalog = crate::catalog::Catalog::embedded()?;
+pub fn aws(pods: usize, seed: u64) -> Result<Problem, crate::core::catalog::CatalogError> {
+    let catalog = crate::core::catalog::Catalog::embedded()?;
     let types = catalog.instance_types("us-east-1", &Default::default(), None)?;
     let mut p = pool("default", types);
     p.requirements.add(

@@ -1,6 +1,6 @@
-//! Draining a node before its instance goes: taint it so nothing new lands, then evict its
-//! pods through the eviction API, which honours PodDisruptionBudgets (a 429 means a budget
-//! says not now: retried on the next pass). Pods annotated `karpenter.sh/do-not-disrupt` are
+//! How a node is drained before its instance goes (pure; the I/O is the NodeClaim
+//! controller's): it is tainted so nothing new lands, its pods are evicted through the
+//! eviction API, which honours PodDisruptionBudgets. Pods annotated `karpenter.sh/do-not-disrupt` are
 //! not evicted; they block the drain until they finish. A NodeClaim's
 //! `terminationGracePeriod` bounds all of it: pods whose own grace period would outlast the
 //! deadline are deleted early with what is left of it, so they end by then, and at the deadline
@@ -8,84 +8,33 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
-use kube::ResourceExt;
-use serde_json::json;
 
+use crate::api::labels::DISRUPTED_TAINT;
 use crate::api::nodeclaim::NodeClaim;
-use crate::disruption::decide::{blocked_by_pdb, pod_do_not_disrupt};
+use crate::core::pods::{must_evict, pod_do_not_disrupt};
 
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
-
-/// Pods that block deletion: not DaemonSet-owned (they tolerate the taint and die with the
-/// node), not mirror pods, not finished.
-pub fn must_evict(pod: &Pod) -> bool {
-    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .annotations()
-        .contains_key("kubernetes.io/config.mirror");
-    let finished = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
-    !daemon && !mirror && !finished
-}
-
-/// Adds the `karpenter.sh/disrupted:NoSchedule` taint unless it is there.
-pub async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), kube::Error> {
+/// The node's taints with `karpenter.sh/disrupted:NoSchedule` added, or None when it has it.
+pub fn with_disrupted_taint(node: &Node) -> Option<Vec<Taint>> {
     let mut taints = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
     if taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
-        return Ok(());
+        return None;
     }
-    taints.push(k8s_openapi::api::core::v1::Taint {
+    taints.push(Taint {
         key: DISRUPTED_TAINT.into(),
         effect: "NoSchedule".into(),
         ..Default::default()
     });
-    nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": taints}})),
-        )
-        .await?;
-    Ok(())
-}
-
-/// What holds a draining node, one reason per pod that will not leave on its own: annotated
-/// do-not-disrupt, or protected by a PodDisruptionBudget that allows no eviction now.
-pub fn holders(
-    pods: &[Pod],
-    pdbs: &[std::sync::Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
-    now: Timestamp,
-) -> Vec<String> {
-    pods.iter()
-        .filter(|p| must_evict(p) && p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            if pod_do_not_disrupt(p, now) {
-                Some(format!(
-                    "pod {}/{} is annotated karpenter.sh/do-not-disrupt",
-                    p.namespace().unwrap_or_default(),
-                    p.name_any()
-                ))
-            } else {
-                blocked_by_pdb(&[p], pdbs)
-            }
-        })
-        .collect()
+    Some(taints)
 }
 
 /// Kubernetes' default when a pod does not set `terminationGracePeriodSeconds`.
 const DEFAULT_POD_GRACE: i64 = 30;
-
-/// The annotation upstream Karpenter records the drain deadline in (RFC 3339).
-pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 
 /// When a deleting NodeClaim's node must be gone: its deletion time plus the
 /// `terminationGracePeriod` it was created with; `None` drains for as long as it takes.
@@ -144,55 +93,6 @@ pub fn pod_step(pod: &Pod, now: Timestamp, deadline: Option<Timestamp>) -> PodSt
     }
 }
 
-/// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
-/// still hold it.
-pub async fn drain(
-    client: &kube::Client,
-    node: &str,
-    deadline: Option<Timestamp>,
-) -> Result<usize, kube::Error> {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await?;
-    let now = Timestamp::now();
-    let mut left = 0;
-    for pod in &on_node.items {
-        let step = pod_step(pod, now, deadline);
-        if step == PodStep::Ignore {
-            continue;
-        }
-        left += 1;
-        let ns: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        let id = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-        let result = match step {
-            PodStep::Ignore | PodStep::Wait => continue,
-            PodStep::Evict => ns
-                .evict(&pod.name_any(), &EvictParams::default())
-                .await
-                .map(|_| tracing::info!(node, pod = %id, "evicted pod")),
-            PodStep::Delete { grace_seconds } => {
-                let params = DeleteParams {
-                    grace_period_seconds: Some(u32::try_from(grace_seconds).unwrap_or(0)),
-                    ..DeleteParams::default()
-                };
-                ns.delete(&pod.name_any(), &params).await.map(|_| {
-                    tracing::info!(node, pod = %id, grace_seconds, "deleted pod: the NodeClaim's terminationGracePeriod ends")
-                })
-            }
-        };
-        match result {
-            Ok(()) => {}
-            Err(kube::Error::Api(s)) if s.code == 429 => {
-                tracing::info!(node, pod = %id, "eviction refused by a PodDisruptionBudget; retrying");
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => left -= 1,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(left)
-}
-
 /// How long until the next drain pass: the usual 2 s, or sooner when the deadline is nearer.
 pub fn next_pass(now: Timestamp, deadline: Option<Timestamp>) -> Duration {
     let usual = Duration::from_secs(2);
@@ -208,6 +108,7 @@ pub fn next_pass(now: Timestamp, deadline: Option<Timestamp>) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::pods::holders;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn at(seconds: i64) -> Timestamp {

@@ -9,8 +9,8 @@ use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::labels;
 use crate::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
 use crate::api::{NodePool, Quantity};
-use crate::disruption::drift;
-use crate::scheduling::{NodeClaimPlan, Requirement, Resources};
+use crate::core::disruption::drift;
+use crate::core::scheduling::{NodeClaimPlan, Requirement, Resources};
 
 /// The API allows at most this many values per requirement.
 const MAX_VALUES: usize = 100;
@@ -87,9 +87,9 @@ pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool, class: Option<&EC2NodeCl
     node_labels.insert(labels::NODEPOOL.into(), pool.name_any());
     // What the node was made from, to tell later whether it drifted.
     let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(drift::NODEPOOL_HASH.into(), drift::pool_hash(pool));
+    annotations.insert(labels::NODEPOOL_HASH.into(), drift::pool_hash(pool));
     if let Some(class) = class {
-        annotations.insert(drift::NODECLASS_HASH.into(), drift::class_hash(class));
+        annotations.insert(labels::NODECLASS_HASH.into(), drift::class_hash(class));
     }
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).to_string(),

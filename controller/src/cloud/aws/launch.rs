@@ -1,0 +1,451 @@
+//! One launch for one NodeClaim, in three steps: [`prepare`] (pure: the fleet plan, user data
+//! and one launch template content per architecture or capacity reservation), sending (the
+//! templates ensured, then one CreateFleet of type `instant`), and [`interpret`] (pure: which
+//! instance EC2 started, which offerings had no capacity, which reservations are full).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+use aws_sdk_ec2::types::{
+    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, OnDemandOptionsRequest, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
+    TargetCapacitySpecificationRequest,
+};
+use kube::ResourceExt;
+
+use super::call::metered;
+use super::fleet::{self, FleetPlan, Override};
+use super::launch_template::Content;
+use super::templates::{tags, Template};
+use super::user_data::{self, ClusterInfo};
+use super::{unavailable, AwsCloud};
+use crate::api::conditions::class_not_ready;
+use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
+use crate::api::labels;
+use crate::api::nodeclaim::NodeClaim;
+use crate::cloud::{CloudError, Launched};
+use crate::core::scheduling::{CapacityType, InstanceType, Requirements, Resources};
+
+/// One launch template's worth of the request: what it launches and the overrides it serves.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub content: Content,
+    pub capacity_reservation_id: Option<String>,
+    pub overrides: Vec<Override>,
+}
+
+/// Everything CreateFleet needs, decided before any call.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub plan: FleetPlan,
+    pub groups: Vec<Group>,
+    /// On the instance, its volumes and the fleet.
+    pub instance_tags: BTreeMap<String, String>,
+}
+
+/// Plans the request for `claim` on `class` over the class's instance types. `usable_reservations`
+/// gives the ids of the reservations with room for an (instance type, zone).
+pub fn prepare(
+    cluster: &ClusterInfo,
+    claim: &NodeClaim,
+    class: &EC2NodeClass,
+    types: &[Arc<InstanceType>],
+    usable_reservations: impl Fn(&EC2NodeClassStatus, &str, &str) -> Vec<String>,
+) -> Result<Prepared, CloudError> {
+    let class_name = class.name_any();
+    let status = class.status.clone().unwrap_or_default();
+    let profile = match (class_not_ready(class), status.instance_profile.clone()) {
+        (None, Some(profile)) => profile,
+        (why, _) => {
+            return Err(CloudError::ClassNotReady {
+                class: class_name,
+                why: why.unwrap_or_else(|| "it has no instance profile yet".into()),
+            })
+        }
+    };
+    let requirements = Requirements::from_api(&claim.spec.requirements);
+    let (requests, _) = Resources::from_quantities(&claim.spec.resources.requests);
+    let plan = fleet::plan(&requirements, &requests, types, &status.subnets)
+        .map_err(|e| CloudError::NoOffering(e.to_string()))?;
+
+    let mut taints = claim.spec.taints.clone();
+    taints.extend(claim.spec.startup_taints.iter().cloned());
+    let node_labels = claim.labels().clone();
+    let data = user_data::al2023(
+        cluster,
+        &user_data::NodeSettings {
+            kubelet: class.spec.kubelet.as_ref(),
+            labels: &node_labels,
+            taints: &taints,
+        },
+        class.spec.user_data.as_deref(),
+    )
+    .map_err(|e| CloudError::ClassNotReady {
+        class: class_name.clone(),
+        why: format!("spec.userData: {e}"),
+    })?;
+    let tags = tags(&cluster.name, claim, class);
+    let image_of_arch = |arch: &str| {
+        status.amis.iter().find(|a| {
+            a.requirements.iter().any(|r| {
+                r.key == labels::ARCH
+                    && r.values
+                        .as_ref()
+                        .is_some_and(|v| v.iter().any(|x| x == arch))
+            })
+        })
+    };
+    // One launch template per architecture; launching into capacity reservations, one per
+    // (override, reservation): EC2 takes the reservation from the template.
+    let mut slices: Vec<(&str, Option<String>, Vec<&Override>)> = Vec::new();
+    if plan.capacity_type == CapacityType::Reserved {
+        for o in &plan.overrides {
+            for r in usable_reservations(&status, &o.instance_type, &o.zone) {
+                slices.push((o.arch.as_str(), Some(r), vec![o]));
+            }
+        }
+    } else {
+        let archs: BTreeSet<&str> = plan.overrides.iter().map(|o| o.arch.as_str()).collect();
+        for arch in archs {
+            let of_arch = plan.overrides.iter().filter(|o| o.arch == arch).collect();
+            slices.push((arch, None, of_arch));
+        }
+    }
+    let groups: Vec<Group> = slices
+        .into_iter()
+        .filter_map(|(arch, reservation, overrides)| {
+            let ami = image_of_arch(arch)?;
+            let content = Content {
+                image_id: ami.id.clone(),
+                instance_profile: profile.clone(),
+                security_group_ids: status
+                    .security_groups
+                    .iter()
+                    .map(|s| s.id.clone())
+                    .collect(),
+                user_data: data.clone(),
+                metadata_options: class.spec.metadata_options.clone(),
+                block_device_mappings: class.spec.block_device_mappings.clone(),
+                detailed_monitoring: class.spec.detailed_monitoring.unwrap_or(false),
+                associate_public_ip_address: class.spec.associate_public_ip_address,
+                tags: tags.clone(),
+                capacity_reservation_id: reservation.clone(),
+            }
+            .with_default_volumes();
+            Some(Group {
+                content,
+                capacity_reservation_id: reservation,
+                overrides: overrides.into_iter().cloned().collect(),
+            })
+        })
+        .collect();
+    if groups.is_empty() {
+        return Err(CloudError::ClassNotReady {
+            class: class_name,
+            why: "no AMI for the architectures of the instance types that fit".into(),
+        });
+    }
+    let mut instance_tags = tags;
+    instance_tags.insert(labels::NODECLAIM_TAG.into(), claim.name_any());
+    instance_tags.insert("Name".into(), claim.name_any());
+    Ok(Prepared {
+        plan,
+        groups,
+        instance_tags,
+    })
+}
+
+/// A launch template of the request and what launching from it means.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub template: Template,
+    pub image_id: String,
+    pub capacity_reservation_id: Option<String>,
+}
+
+/// What a CreateFleet answer says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub launched: Option<Launched>,
+    /// (instance type, zone) EC2 had no capacity for.
+    pub no_capacity: Vec<(String, String)>,
+    /// Capacity reservations EC2 found full.
+    pub full_reservations: Vec<String>,
+    /// Why nothing launched, when it was not capacity.
+    pub other_errors: Vec<String>,
+    capacity_errors: Vec<String>,
+}
+
+impl Outcome {
+    /// The launched instance, or why there is none.
+    pub fn result(&self, offered: usize) -> Result<Launched, CloudError> {
+        if let Some(l) = &self.launched {
+            return Ok(l.clone());
+        }
+        Err(if self.other_errors.is_empty() {
+            CloudError::InsufficientCapacity {
+                offered,
+                errors: self.capacity_errors.join(", "),
+            }
+        } else {
+            CloudError::Api {
+                service: "ec2",
+                operation: "CreateFleet",
+                code: "LaunchedNothing".into(),
+                message: self.other_errors.join("; "),
+            }
+        })
+    }
+}
+
+/// The zone of a fleet result's override: named, or its subnet's.
+fn zone_of(
+    o: Option<&aws_sdk_ec2::types::FleetLaunchTemplateOverrides>,
+    zone_of_subnet: &BTreeMap<&str, &str>,
+) -> String {
+    o.and_then(|o| {
+        o.availability_zone().map(str::to_string).or_else(|| {
+            o.subnet_id()
+                .and_then(|s| zone_of_subnet.get(s))
+                .map(|z| z.to_string())
+        })
+    })
+    .unwrap_or_default()
+}
+
+/// Reads a CreateFleet answer: the instance started (at most one: capacity 1), and each error.
+pub fn interpret(
+    out: &CreateFleetOutput,
+    sent: &[Sent],
+    capacity_type: CapacityType,
+    status: &EC2NodeClassStatus,
+) -> Outcome {
+    let zone_of_subnet: BTreeMap<&str, &str> = status
+        .subnets
+        .iter()
+        .map(|s| (s.id.as_str(), s.zone.as_str()))
+        .collect();
+    let made_from = |spec: Option<&aws_sdk_ec2::types::FleetLaunchTemplateSpecification>| {
+        spec.and_then(|spec| sent.iter().find(|s| s.template.is(spec)))
+    };
+    let mut outcome = Outcome {
+        launched: None,
+        no_capacity: Vec::new(),
+        full_reservations: Vec::new(),
+        other_errors: Vec::new(),
+        capacity_errors: Vec::new(),
+    };
+    for err in out.errors() {
+        let lt = err.launch_template_and_overrides();
+        let o = lt.and_then(|l| l.overrides());
+        let itype = o
+            .and_then(|o| o.instance_type())
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default();
+        let zone = zone_of(o, &zone_of_subnet);
+        let code = err.error_code().unwrap_or("Unknown").to_string();
+        if code == "ReservationCapacityExceeded" {
+            let from = made_from(lt.and_then(|l| l.launch_template_specification()));
+            if let Some(id) = from.and_then(|s| s.capacity_reservation_id.clone()) {
+                outcome.full_reservations.push(id);
+            }
+        }
+        if unavailable::is_capacity_error(&code) {
+            outcome
+                .capacity_errors
+                .push(format!("{itype}/{zone}: {code}"));
+            outcome.no_capacity.push((itype, zone));
+        } else {
+            outcome.other_errors.push(format!(
+                "{itype}/{zone}: {code}: {}",
+                err.error_message().unwrap_or_default()
+            ));
+        }
+    }
+    let Some(instance) = out
+        .instances()
+        .iter()
+        .find(|i| !i.instance_ids().is_empty())
+    else {
+        return outcome;
+    };
+    let lt = instance.launch_template_and_overrides();
+    let o = lt.and_then(|l| l.overrides());
+    let instance_type = instance
+        .instance_type()
+        .map(|t| t.as_str().to_string())
+        .or_else(|| {
+            o.and_then(|o| o.instance_type())
+                .map(|t| t.as_str().to_string())
+        })
+        .unwrap_or_default();
+    let zone = zone_of(o, &zone_of_subnet);
+    let from = made_from(lt.and_then(|l| l.launch_template_specification()));
+    let mut security_groups: Vec<String> = status
+        .security_groups
+        .iter()
+        .map(|s| s.id.clone())
+        .collect();
+    security_groups.sort();
+    outcome.launched = Some(Launched {
+        provider_id: super::instances::provider_id(&zone, &instance.instance_ids()[0]),
+        instance_type,
+        zone,
+        capacity_type,
+        image_id: from.map(|s| s.image_id.clone()),
+        subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_string),
+        security_groups,
+        capacity_reservation_id: from.and_then(|s| s.capacity_reservation_id.clone()),
+    });
+    outcome
+}
+
+/// The CreateFleet request for the prepared groups, sent through their templates.
+fn fleet_request(
+    ec2: &aws_sdk_ec2::Client,
+    prepared: &Prepared,
+    sent: &[Sent],
+) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
+    let configs = prepared.groups.iter().zip(sent).map(|(group, sent)| {
+        let overrides = group
+            .overrides
+            .iter()
+            .map(|o| {
+                FleetLaunchTemplateOverridesRequest::builder()
+                    .instance_type(aws_sdk_ec2::types::InstanceType::from(
+                        o.instance_type.as_str(),
+                    ))
+                    .subnet_id(&o.subnet_id)
+                    .availability_zone(&o.zone)
+                    .build()
+            })
+            .collect();
+        FleetLaunchTemplateConfigRequest::builder()
+            .launch_template_specification(
+                FleetLaunchTemplateSpecificationRequest::builder()
+                    .launch_template_name(&sent.template.name)
+                    .version("$Latest")
+                    .build(),
+            )
+            .set_overrides(Some(overrides))
+            .build()
+    });
+    let tag_spec = |rt: ResourceType| {
+        TagSpecification::builder()
+            .resource_type(rt)
+            .set_tags(Some(
+                prepared
+                    .instance_tags
+                    .iter()
+                    .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                    .collect(),
+            ))
+            .build()
+    };
+    let spot = prepared.plan.capacity_type == CapacityType::Spot;
+    ec2.create_fleet()
+        .r#type(FleetType::Instant)
+        .set_launch_template_configs(Some(configs.collect()))
+        .target_capacity_specification(
+            TargetCapacitySpecificationRequest::builder()
+                .total_target_capacity(1)
+                .default_target_capacity_type(if spot {
+                    DefaultTargetCapacityType::Spot
+                } else {
+                    DefaultTargetCapacityType::OnDemand
+                })
+                .build(),
+        )
+        .spot_options(
+            SpotOptionsRequest::builder()
+                .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                .build(),
+        )
+        .on_demand_options(
+            OnDemandOptionsRequest::builder()
+                .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                .build(),
+        )
+        .tag_specifications(tag_spec(ResourceType::Instance))
+        .tag_specifications(tag_spec(ResourceType::Volume))
+        .tag_specifications(tag_spec(ResourceType::Fleet))
+}
+
+impl AwsCloud {
+    /// Launches one instance for `claim`: CreateFleet (instant) over the cheapest offerings.
+    pub(super) async fn launch_one(
+        &self,
+        claim: &NodeClaim,
+        class: &EC2NodeClass,
+        types: &[Arc<InstanceType>],
+    ) -> Result<(Launched, Arc<InstanceType>), CloudError> {
+        let prepared = prepare(&self.cluster, claim, class, types, |status, t, zone| {
+            self.reservations
+                .usable(&status.capacity_reservations, t, zone)
+                .into_iter()
+                .map(|r| r.id.clone())
+                .collect()
+        })?;
+        let mut sent = Vec::new();
+        for group in &prepared.groups {
+            sent.push(Sent {
+                template: self.ensure_template(&group.content).await?,
+                image_id: group.content.image_id.clone(),
+                capacity_reservation_id: group.capacity_reservation_id.clone(),
+            });
+        }
+        let out = metered(
+            &self.metrics,
+            "ec2",
+            "CreateFleet",
+            fleet_request(&self.ec2, &prepared, &sent).send(),
+        )
+        .await?;
+        let status = class.status.clone().unwrap_or_default();
+        let outcome = interpret(&out, &sent, prepared.plan.capacity_type, &status);
+        let now = Instant::now();
+        for id in &outcome.full_reservations {
+            self.reservations.set(id, 0, now);
+        }
+        for (itype, zone) in &outcome.no_capacity {
+            self.unavailable
+                .mark(itype, zone, prepared.plan.capacity_type, now);
+        }
+        let launched = outcome.result(prepared.plan.overrides.len())?;
+        if let Some(id) = &launched.capacity_reservation_id {
+            self.reservations.took_one(id);
+        }
+        let chosen = types
+            .iter()
+            .find(|t| t.name == launched.instance_type)
+            .cloned()
+            .ok_or_else(|| CloudError::NotFound {
+                what: format!(
+                    "instance type {} (EC2 launched it, the NodeClaim was not offered it)",
+                    launched.instance_type
+                ),
+            })?;
+        let price = prepared
+            .plan
+            .overrides
+            .iter()
+            .find(|o| o.instance_type == launched.instance_type && o.zone == launched.zone)
+            .map_or(0.0, |o| o.price);
+        tracing::info!(
+            nodeclaim = %claim.name_any(),
+            instance = %launched.provider_id,
+            instance_type = %launched.instance_type,
+            zone = %launched.zone,
+            capacity_type = %launched.capacity_type,
+            price_per_hour = price,
+            offered = prepared.plan.overrides.len(),
+            skipped_no_capacity = outcome.no_capacity.len(),
+            "launched instance"
+        );
+        Ok((launched, chosen))
+    }
+}

@@ -1,0 +1,160 @@
+//! The region's instance types, zones and prices, cached for five minutes, and the room left
+//! in the capacity reservations classes select: what a class's instance types are built from.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+
+use super::call::metered;
+use super::instance_types::{self, RegionOfferings};
+use super::{pricing, reservations, AwsCloud};
+use crate::api::conditions::class_not_ready;
+use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::cloud::{CloudError, TypesOfClass};
+use crate::core::scheduling::InstanceType;
+
+/// How long fetched instance types, zones and prices are used before they are fetched again.
+const OFFERINGS_TTL: Duration = Duration::from_secs(300);
+
+impl AwsCloud {
+    /// The region's instance types, zones and prices, fetched again when older than 5 minutes.
+    /// Prices AWS will not give (no pricing:GetProducts, a partition without the Pricing API)
+    /// fall back to the embedded estimates with a warning; shapes and zones are required.
+    pub(super) async fn offerings(&self) -> Result<Arc<RegionOfferings>, CloudError> {
+        let mut cached = self.offerings.lock().await;
+        if let Some((o, at)) = cached.as_ref() {
+            if at.elapsed() < OFFERINGS_TTL {
+                return Ok(o.clone());
+            }
+        }
+        let shapes = metered(
+            &self.metrics,
+            "ec2",
+            "DescribeInstanceTypes",
+            instance_types::fetch_shapes(&self.ec2),
+        )
+        .await?;
+        let zones = metered(
+            &self.metrics,
+            "ec2",
+            "DescribeInstanceTypeOfferings",
+            instance_types::fetch_zones(&self.ec2),
+        )
+        .await?;
+        let on_demand = pricing::on_demand(&self.pricing, &self.region, |_, _| {}).await;
+        self.metrics.call("pricing", "GetProducts", &on_demand);
+        let spot = pricing::spot(&self.ec2, |_, _| {}).await;
+        self.metrics.call("ec2", "DescribeSpotPriceHistory", &spot);
+        let previous = cached.as_ref().map(|(o, _)| o.clone());
+        let on_demand = on_demand.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "on-demand prices unavailable; using the previous ones or the embedded estimates");
+            previous.as_ref().map(|p| p.on_demand.clone()).unwrap_or_default()
+        });
+        let spot = spot.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "spot prices unavailable; using the previous ones or the embedded estimates");
+            previous.as_ref().map(|p| p.spot.clone()).unwrap_or_default()
+        });
+        tracing::info!(
+            instance_types = shapes.len(),
+            priced = on_demand.len(),
+            spot_priced = spot.len(),
+            "instance types and prices refreshed"
+        );
+        let fresh = Arc::new(RegionOfferings {
+            region: self.region.clone(),
+            shapes,
+            zones,
+            on_demand,
+            spot,
+        });
+        *cached = Some((fresh.clone(), Instant::now()));
+        Ok(fresh)
+    }
+
+    /// The instance types of every Ready class, by class name (one offerings fetch for all).
+    pub(super) async fn types_of_ready_classes(
+        &self,
+        classes: &[Arc<EC2NodeClass>],
+    ) -> Result<TypesOfClass, CloudError> {
+        let offerings = self.offerings().await?;
+        let ready: Vec<&Arc<EC2NodeClass>> = classes
+            .iter()
+            .filter(|c| class_not_ready(c).is_none())
+            .collect();
+        self.refresh_reservations(ready.iter().map(|c| c.as_ref()))
+            .await;
+        let now = Instant::now();
+        let types: HashMap<String, Vec<Arc<InstanceType>>> = ready
+            .into_iter()
+            .map(|c| (c.name_any(), self.types_for(&offerings, c, now)))
+            .collect();
+        Ok(types)
+    }
+
+    pub(super) fn types_for(
+        &self,
+        offerings: &RegionOfferings,
+        class: &EC2NodeClass,
+        now: Instant,
+    ) -> Vec<Arc<InstanceType>> {
+        offerings.for_class(
+            class,
+            &self.estimates,
+            &self.unavailable,
+            &self.reservations,
+            now,
+        )
+    }
+
+    /// Reads again how much room the reservations the classes select have, where that is
+    /// older than a minute. A failed read leaves the previous figures (and is logged): the
+    /// launch then finds out.
+    pub(super) async fn refresh_reservations<'a>(
+        &self,
+        classes: impl IntoIterator<Item = &'a EC2NodeClass>,
+    ) {
+        let now = Instant::now();
+        let ids: Vec<&str> = classes
+            .into_iter()
+            .filter_map(|c| c.status.as_ref())
+            .flat_map(|s| &s.capacity_reservations)
+            .map(|r| r.id.as_str())
+            .collect();
+        let stale = self.reservations.stale(ids, now);
+        if stale.is_empty() {
+            return;
+        }
+        let out = metered(
+            &self.metrics,
+            "ec2",
+            "DescribeCapacityReservations",
+            self.ec2
+                .describe_capacity_reservations()
+                .set_capacity_reservation_ids(Some(stale.clone()))
+                .send(),
+        )
+        .await;
+        match out {
+            Ok(out) => {
+                for id in &stale {
+                    let room = out
+                        .capacity_reservations()
+                        .iter()
+                        .find(|r| r.capacity_reservation_id() == Some(id.as_str()))
+                        .filter(|r| {
+                            r.state()
+                                .is_some_and(|s| reservations::USABLE_STATES.contains(&s.as_str()))
+                        })
+                        .and_then(|r| r.available_instance_count())
+                        .unwrap_or(0);
+                    self.reservations.set(id, i64::from(room), now);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "using the last known room of the capacity reservations")
+            }
+        }
+    }
+}

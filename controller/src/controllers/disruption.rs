@@ -1,0 +1,197 @@
+//! The disruption loop (leader only): decides with the pure core every `DISRUPTION_POLL`,
+//! re-validates a decision after `DISRUPTION_VALIDATION`, then acts: taint the candidates
+//! `karpenter.sh/disrupted:NoSchedule`; for a replacement, launch it and wait until it is
+//! initialized (untaint and back off if it fails); then delete the candidates' NodeClaims,
+//! which the NodeClaim controller drains through the eviction API and terminates.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
+use serde_json::json;
+
+use super::nodeclaim::drain;
+use crate::api::conditions::{is_true, INITIALIZED};
+use crate::api::labels::DISRUPTED_TAINT;
+use crate::api::nodeclaim::NodeClaim;
+use crate::core::disruption::{decide, Command, Inputs};
+use crate::core::nodeclaim::from_plan;
+use crate::metrics::ReasonLabels;
+use crate::runtime::Context;
+
+/// How long a replacement may take to become initialized before the command is abandoned.
+const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub async fn run(ctx: Arc<Context>) {
+    ctx.stores.ready().await;
+    loop {
+        tokio::time::sleep(ctx.settings.disruption_poll).await;
+        let Some(command) = decide_now(&ctx).await else {
+            continue;
+        };
+        // The cluster moves on: act only if the same decision still holds a little later.
+        tokio::time::sleep(ctx.settings.disruption_validation).await;
+        match decide_now(&ctx).await {
+            Some(again) if again.same_as(&command) => {
+                if let Err(e) = execute(&ctx, &again).await {
+                    tracing::error!(error = %e, method = again.method.as_str(), "disruption failed");
+                }
+            }
+            _ => {
+                tracing::info!(method = command.method.as_str(), nodeclaims = %command.candidates.join(","), "disruption no longer valid after the validation delay")
+            }
+        }
+    }
+}
+
+async fn decide_now(ctx: &Context) -> Option<Command> {
+    let snapshot = ctx.stores.snapshot();
+    let types_of_class = match ctx.cloud.instance_types(&snapshot.nodeclasses).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "no instance types: no disruption decision this round");
+            return None;
+        }
+    };
+    let decision = decide(&Inputs {
+        snapshot: &snapshot,
+        types_of_class: &types_of_class,
+        now: Timestamp::now(),
+        settle: ctx.settings.disruption_settle,
+        spot_to_spot: ctx.settings.spot_to_spot_consolidation,
+    });
+    for (claim, why) in &decision.kept {
+        tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
+    }
+    decision.command
+}
+
+async fn event(ctx: &Context, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {
+    crate::runtime::events::publish(&ctx.recorder, claim, type_, reason, "Disrupt", &note).await;
+}
+
+async fn set_taint(ctx: &Context, claim: &NodeClaim, on: bool) -> Result<(), kube::Error> {
+    let Some(node_name) = claim.status.as_ref().and_then(|s| s.node_name.clone()) else {
+        return Ok(());
+    };
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(node) = nodes.get_opt(&node_name).await? else {
+        return Ok(());
+    };
+    if on {
+        return drain::taint(&nodes, &node).await;
+    }
+    // Back in service: the decision was abandoned.
+    let taints: Vec<_> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != DISRUPTED_TAINT)
+        .collect();
+    nodes
+        .patch(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": taints}})),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let claims: Vec<NodeClaim> = ctx
+        .stores
+        .nodeclaims
+        .state()
+        .iter()
+        .filter(|c| command.candidates.contains(&c.name_any()))
+        .map(|c| c.as_ref().clone())
+        .collect();
+    let method = command.method.as_str();
+    for c in &claims {
+        set_taint(ctx, c, true).await?;
+    }
+    let mut replacements = Vec::new();
+    for plan in &command.replacements {
+        let pool = ctx
+            .stores
+            .nodepools
+            .state()
+            .into_iter()
+            .find(|p| p.name_any() == plan.pool)
+            .ok_or_else(|| anyhow::anyhow!("NodePool {} is gone", plan.pool))?;
+        let class = ctx
+            .stores
+            .nodeclasses
+            .state()
+            .into_iter()
+            .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+        let made = api
+            .create(
+                &PostParams::default(),
+                &from_plan(plan, &pool, class.as_deref()),
+            )
+            .await?;
+        tracing::info!(method, nodeclaims = %command.candidates.join(","), replacement = %made.name_any(), saving_per_hour = command.saving, "launching a replacement");
+        replacements.push(made.name_any());
+    }
+    let started = Instant::now();
+    while !replacements.is_empty() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let current = ctx.stores.nodeclaims.state();
+        let find = |name: &String| current.iter().find(|c| &c.name_any() == name);
+        let gone = replacements.iter().any(|r| find(r).is_none());
+        let ready = replacements.iter().all(|r| {
+            find(r)
+                .and_then(|c| c.status.as_ref())
+                .is_some_and(|s| is_true(&s.conditions, INITIALIZED))
+        });
+        if ready {
+            tracing::info!(replacements = %replacements.join(","), "replacement initialized");
+            break;
+        }
+        if gone || started.elapsed() > REPLACEMENT_TIMEOUT {
+            // Give the candidates back and try again later.
+            let names = replacements.join(",");
+            for c in &claims {
+                set_taint(ctx, c, false).await?;
+                event(
+                    ctx,
+                    c,
+                    EventType::Warning,
+                    "DisruptionFailed",
+                    format!("the replacement {names} did not become ready; the node stays"),
+                )
+                .await;
+            }
+            for r in &replacements {
+                let _ = api.delete(r, &DeleteParams::background()).await;
+            }
+            anyhow::bail!("replacement {names} did not become ready");
+        }
+    }
+    for c in &claims {
+        let note = format!("{method}: saves ${:.4}/h", command.saving);
+        event(ctx, c, EventType::Normal, "Disrupting", note).await;
+        match api.delete(&c.name_any(), &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ctx.metrics
+        .disruption_commands
+        .get_or_create(&ReasonLabels {
+            reason: method.to_string(),
+        })
+        .inc();
+    tracing::info!(method, nodeclaims = %command.candidates.join(","), replacements = command.replacements.len(), saving_per_hour = command.saving, "disrupting");
+    Ok(())
+}

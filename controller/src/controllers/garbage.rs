@@ -1,0 +1,124 @@
+//! Garbage collection between the cloud and the cluster: an instance launched for the cluster
+//! that no NodeClaim accounts for (the controller crashed after the launch returned, or a
+//! NodeClaim was force-deleted) is terminated after a grace period; a NodeClaim whose instance
+//! is gone is deleted. Both are how a crash never leaves paid capacity or phantom nodes behind.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::ResourceExt;
+
+use crate::api::nodeclaim::{instance_key, NodeClaim};
+use crate::runtime::Context;
+
+/// How often the collector looks.
+pub const PERIOD: Duration = Duration::from_secs(30);
+
+/// Instances (id → launch time) that no NodeClaim claims and that are older than
+/// `grace`: younger ones may belong to a launch whose NodeClaim status is still being written.
+pub fn orphans(
+    instances: &BTreeMap<String, Timestamp>,
+    claimed: &BTreeSet<String>,
+    now: Timestamp,
+    grace: Duration,
+) -> Vec<String> {
+    instances
+        .iter()
+        .filter(|(id, _)| !claimed.contains(*id))
+        .filter(|(_, launched)| now.duration_since(**launched).as_secs() >= grace.as_secs() as i64)
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// One pass: terminate orphans, delete NodeClaims whose instance is gone.
+pub async fn collect(ctx: &Context) -> anyhow::Result<()> {
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let listed = claims.list(&ListParams::default()).await?.items;
+    let claimed: BTreeMap<String, String> = listed
+        .iter()
+        .filter_map(|c| {
+            let id = instance_key(c.status.as_ref()?.provider_id.as_deref()?);
+            Some((id.to_string(), c.name_any()))
+        })
+        .collect();
+    let found = ctx.cloud.owned_instances().await?;
+    let names: BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();
+    // Recorded in a NodeClaim's status, or tagged for a NodeClaim that exists (a launch
+    // whose result a crash lost: the NodeClaim controller adopts it).
+    let mut ids: BTreeSet<String> = claimed.keys().cloned().collect();
+    ids.extend(
+        found
+            .iter()
+            .filter(|i| i.nodeclaim.as_ref().is_some_and(|c| names.contains(c)))
+            .map(|i| instance_key(&i.provider_id).to_string()),
+    );
+    let instances: BTreeMap<String, Timestamp> = found
+        .iter()
+        .map(|i| (instance_key(&i.provider_id).to_string(), i.launched_at))
+        .collect();
+    let grace = ctx.settings.gc_grace;
+    let orphans = orphans(&instances, &ids, Timestamp::now(), grace);
+    if !orphans.is_empty() {
+        let provider_ids: Vec<String> = found
+            .iter()
+            .filter(|i| orphans.iter().any(|o| o == instance_key(&i.provider_id)))
+            .map(|i| i.provider_id.clone())
+            .collect();
+        ctx.cloud.terminate(&provider_ids).await?;
+        ctx.metrics
+            .garbage_collected_instances
+            .inc_by(orphans.len() as u64);
+        tracing::warn!(instances = %orphans.join(","), "terminated instances no NodeClaim accounts for");
+    }
+    for (id, claim) in &claimed {
+        if !instances.contains_key(id) {
+            // Launched and since gone (terminated outside the controller, or reclaimed).
+            match claims.delete(claim, &DeleteParams::default()).await {
+                Ok(_) => {
+                    tracing::warn!(nodeclaim = %claim, instance = %id, "deleted NodeClaim whose instance is gone")
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn run(ctx: Arc<Context>) {
+    loop {
+        if let Err(e) = collect(&ctx).await {
+            tracing::error!(error = %e, "garbage collection failed");
+        }
+        tokio::time::sleep(PERIOD.min(ctx.settings.gc_grace)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unclaimed_instances_past_the_grace_period_are_orphans() {
+        let now = Timestamp::from_second(10_000).unwrap();
+        let instances = BTreeMap::from([
+            ("i-old".to_string(), Timestamp::from_second(9_000).unwrap()),
+            (
+                "i-young".to_string(),
+                Timestamp::from_second(9_990).unwrap(),
+            ),
+            (
+                "i-claimed".to_string(),
+                Timestamp::from_second(1_000).unwrap(),
+            ),
+        ]);
+        let claimed = BTreeSet::from(["i-claimed".to_string()]);
+        assert_eq!(
+            orphans(&instances, &claimed, now, Duration::from_secs(60)),
+            vec!["i-old".to_string()]
+        );
+    }
+}

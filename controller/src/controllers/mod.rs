@@ -1,0 +1,13 @@
+//! The controllers: thin I/O shells that read the watch caches, call the pure core, and act
+//! through the Kubernetes API and the [`CloudProvider`](crate::cloud::CloudProvider) trait.
+//! Each takes the one shared [`Context`](crate::runtime::Context); none imports another, and
+//! none names a concrete cloud.
+
+pub mod disruption;
+pub mod garbage;
+pub mod interruption;
+pub mod nodeclaim;
+pub mod nodeclass;
+pub mod pod_events;
+pub mod pool_status;
+pub mod provisioner;

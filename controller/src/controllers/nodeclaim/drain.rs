@@ -1,0 +1,76 @@
+//! The drain's I/O: taint the node so nothing new lands, then evict its pods through the
+//! eviction API, which honours PodDisruptionBudgets (a 429 means a budget says not now:
+//! retried on the next pass), or delete them when the NodeClaim's terminationGracePeriod ends.
+//! What happens to each pod is decided by [`crate::core::drain::pod_step`].
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
+
+use crate::core::drain::{pod_step, with_disrupted_taint, PodStep};
+
+/// Adds the `karpenter.sh/disrupted:NoSchedule` taint unless it is there.
+pub async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), kube::Error> {
+    let Some(taints) = with_disrupted_taint(node) else {
+        return Ok(());
+    };
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": taints}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
+/// still hold it.
+pub async fn drain(
+    client: &kube::Client,
+    node: &str,
+    deadline: Option<Timestamp>,
+) -> Result<usize, kube::Error> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let on_node = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    let now = Timestamp::now();
+    let mut left = 0;
+    for pod in &on_node.items {
+        let step = pod_step(pod, now, deadline);
+        if step == PodStep::Ignore {
+            continue;
+        }
+        left += 1;
+        let ns: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        let id = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let result = match step {
+            PodStep::Ignore | PodStep::Wait => continue,
+            PodStep::Evict => ns
+                .evict(&pod.name_any(), &EvictParams::default())
+                .await
+                .map(|_| tracing::info!(node, pod = %id, "evicted pod")),
+            PodStep::Delete { grace_seconds } => {
+                let params = DeleteParams {
+                    grace_period_seconds: Some(u32::try_from(grace_seconds).unwrap_or(0)),
+                    ..DeleteParams::default()
+                };
+                ns.delete(&pod.name_any(), &params).await.map(|_| {
+                    tracing::info!(node, pod = %id, grace_seconds, "deleted pod: the NodeClaim's terminationGracePeriod ends")
+                })
+            }
+        };
+        match result {
+            Ok(()) => {}
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                tracing::info!(node, pod = %id, "eviction refused by a PodDisruptionBudget; retrying");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => left -= 1,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(left)
+}

@@ -1,0 +1,269 @@
+//! The provisioner: batches pods kube-scheduler could not place (a window that closes 1 s
+//! after the last new one, at most 10 s), solves where they go with the scheduling core, and
+//! creates the NodeClaims the solution needs. Pods it cannot help get an Event saying why.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
+
+use crate::api::nodeclaim::NodeClaim;
+use crate::api::NodePool;
+use crate::core::nodeclaim::from_plan;
+use crate::core::scheduling::{solve, Plan, PodKey, Rejection};
+use crate::core::state::{build, pods_to_place, Built, Snapshot};
+use crate::metrics::{Metrics, ReasonLabels};
+use crate::runtime::Context;
+
+/// How often the pending set is looked at.
+const TICK: Duration = Duration::from_millis(200);
+/// An unchanged set of pending pods is solved again this often (capacity may have come back,
+/// a class may have become Ready).
+const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
+/// The same why-pending message is not repeated on a pod more often than this.
+const EVENT_REPEAT: Duration = Duration::from_secs(300);
+
+/// The metric label of a rejection.
+fn reason_label(r: &Rejection) -> &'static str {
+    match r {
+        Rejection::Taint(_) => "taint",
+        Rejection::Requirement { .. } | Rejection::MissingLabel { .. } => "requirements",
+        Rejection::NoInstanceTypeFits { .. } | Rejection::NoInstanceTypes => "no_instance_type",
+        Rejection::NotProvided(_) | Rejection::UnknownResource(_) => "resource",
+        Rejection::MinValues { .. } => "min_values",
+        Rejection::Limit { .. } => "limit",
+        Rejection::Topology(_) => "topology",
+        Rejection::HostPort(_) => "host_port",
+    }
+}
+
+fn pod_key(p: &Pod) -> PodKey {
+    PodKey {
+        namespace: p.namespace().unwrap_or_default(),
+        name: p.name_any(),
+    }
+}
+
+/// When kube-scheduler marked the pod unschedulable (else its creation).
+fn unschedulable_since(p: &Pod) -> Option<Timestamp> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+        .or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+struct Batch {
+    started: Instant,
+    changed: Instant,
+    pods: BTreeSet<PodKey>,
+}
+
+pub async fn run(ctx: Arc<Context>) {
+    ctx.stores.ready().await;
+    let mut batch: Option<Batch> = None;
+    let mut solved: Option<(BTreeSet<PodKey>, Instant)> = None;
+    let mut events: HashMap<PodKey, (String, Instant)> = HashMap::new();
+    loop {
+        tokio::time::sleep(TICK).await;
+        // Only what decides "pending" is read on this 200 ms tick.
+        let cheap = Snapshot {
+            pods: ctx.stores.pods.state(),
+            nodes: ctx.stores.nodes.state(),
+            nodeclaims: ctx.stores.nodeclaims.state(),
+            ..Default::default()
+        };
+        let pending: BTreeSet<PodKey> = pods_to_place(&cheap).iter().map(|p| pod_key(p)).collect();
+        if pending.is_empty() {
+            batch = None;
+            solved = None;
+            continue;
+        }
+        let now = Instant::now();
+        let b = batch.get_or_insert_with(|| Batch {
+            started: now,
+            changed: now,
+            pods: pending.clone(),
+        });
+        if b.pods != pending {
+            b.pods = pending.clone();
+            b.changed = now;
+        }
+        let window_open = now.duration_since(b.changed) < ctx.settings.batch_idle
+            && now.duration_since(b.started) < ctx.settings.batch_max;
+        if window_open {
+            continue;
+        }
+        batch = None;
+        if solved
+            .as_ref()
+            .is_some_and(|(s, at)| *s == pending && at.elapsed() < RESOLVE_PERIOD)
+        {
+            continue;
+        }
+        solved = Some((pending, Instant::now()));
+        if let Err(e) = provision(&ctx, &mut events).await {
+            tracing::error!(error = %e, "provisioning failed; retrying");
+        }
+    }
+}
+
+/// One decision: solve the pending pods and create the NodeClaims.
+async fn provision(
+    ctx: &Context,
+    events: &mut HashMap<PodKey, (String, Instant)>,
+) -> anyhow::Result<()> {
+    let snap = ctx.stores.snapshot();
+    let mut cloud_errors = Vec::new();
+    let types_of_class = match ctx.cloud.instance_types(&snap.nodeclasses).await {
+        Ok(t) => t,
+        Err(e) => {
+            cloud_errors.push(format!("instance types: {e}"));
+            HashMap::new()
+        }
+    };
+    let built = build(&snap, &types_of_class);
+    let started = Instant::now();
+    let plan = solve(&built.problem);
+    let solve_time = started.elapsed();
+    ctx.metrics.solve_duration.observe(solve_time.as_secs_f64());
+
+    let pods_by_key: HashMap<PodKey, &Arc<Pod>> =
+        snap.pods.iter().map(|p| (pod_key(p), p)).collect();
+    let pools: HashMap<String, &Arc<NodePool>> =
+        snap.nodepools.iter().map(|p| (p.name_any(), p)).collect();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let mut created = Vec::new();
+    for planned in &plan.nodeclaims {
+        let Some(pool) = pools.get(&planned.pool) else {
+            continue;
+        };
+        let class = snap
+            .nodeclasses
+            .iter()
+            .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+        let claim = from_plan(planned, pool, class.map(|c| c.as_ref()));
+        let made = api.create(&PostParams::default(), &claim).await?;
+        let name = made.name_any();
+        created.push(name.clone());
+        Metrics::count_pool(&ctx.metrics.nodeclaims_created, &planned.pool);
+        let now = Timestamp::now();
+        for key in &planned.pods {
+            if let Some(since) = pods_by_key.get(key).and_then(|p| unschedulable_since(p)) {
+                let secs = now.duration_since(since).as_secs_f64();
+                ctx.metrics.decision_latency.observe(secs.max(0.0));
+            }
+        }
+        let choice = planned.launch_choice();
+        tracing::info!(
+            nodeclaim = %name,
+            nodepool = %planned.pool,
+            pods = planned.pods.len(),
+            requests = %planned.requests,
+            instance_types_considered = planned.instance_types.len(),
+            cheapest = %choice.as_ref().map(|c| format!("{} {} {}", c.instance_type.name, c.offering.zone, c.offering.capacity_type)).unwrap_or_default(),
+            price_per_hour = choice.as_ref().map_or(0.0, |c| c.offering.price),
+            "created NodeClaim"
+        );
+    }
+    if !plan.nodeclaims.is_empty() || !plan.unschedulable.is_empty() {
+        tracing::info!(
+            pending = built.problem.pods.len(),
+            on_existing_or_in_flight = plan.existing.values().map(Vec::len).sum::<usize>(),
+            new_nodeclaims = plan.nodeclaims.len(),
+            unschedulable = plan.unschedulable.len(),
+            solve_ms = solve_time.as_millis() as u64,
+            "provisioning decision"
+        );
+    }
+
+    report_unschedulable(ctx, &plan, &built, &cloud_errors, &pods_by_key, events).await;
+    // The next decision must see what this one created, or it would plan them again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let known: BTreeSet<String> = ctx
+            .stores
+            .nodeclaims
+            .state()
+            .iter()
+            .map(|c| c.name_any())
+            .collect();
+        if created.iter().all(|c| known.contains(c)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+async fn pod_event(ctx: &Context, pod: &Pod, message: &str) {
+    crate::runtime::events::publish(
+        &ctx.recorder,
+        pod,
+        EventType::Warning,
+        "FailedProvisioning",
+        "Provision",
+        message,
+    )
+    .await;
+}
+
+/// Why-pending: each pod the plan leaves out gets an Event with the solver's reasons, plus the
+/// pools left out and the cloud's failures (not repeated within 5 minutes), and the
+/// `pods_pending` gauge counts them by reason.
+async fn report_unschedulable(
+    ctx: &Context,
+    plan: &Plan,
+    built: &Built,
+    cloud_errors: &[String],
+    pods_by_key: &HashMap<PodKey, &Arc<Pod>>,
+    events: &mut HashMap<PodKey, (String, Instant)>,
+) {
+    let mut counts: HashMap<&'static str, i64> = HashMap::new();
+    for u in &plan.unschedulable {
+        let mut parts = vec![u.message()];
+        for s in &built.skipped {
+            parts.push(format!("NodePool {}: {}", s.pool, s.why));
+        }
+        parts.extend(cloud_errors.iter().cloned());
+        let message = if u.reasons.is_empty() && !built.skipped.is_empty() {
+            parts[1..].join("; ")
+        } else {
+            parts.join("; ")
+        };
+        let reason = u
+            .reasons
+            .first()
+            .map(|(_, r)| reason_label(r))
+            .unwrap_or("no_nodepool");
+        *counts.entry(reason).or_default() += 1;
+        let fresh = events
+            .get(&u.pod)
+            .is_none_or(|(m, at)| *m != message || at.elapsed() > EVENT_REPEAT);
+        if !fresh {
+            continue;
+        }
+        let Some(pod) = pods_by_key.get(&u.pod) else {
+            continue;
+        };
+        tracing::warn!(pod = %format!("{}/{}", u.pod.namespace, u.pod.name), reason = %message, "pod cannot be provisioned for");
+        pod_event(ctx, pod, &message).await;
+        events.insert(u.pod.clone(), (message, Instant::now()));
+    }
+    ctx.metrics.pods_pending.clear();
+    for (reason, n) in counts {
+        ctx.metrics
+            .pods_pending
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .set(n);
+    }
+}

@@ -1,0 +1,226 @@
+//! Consolidation (pure): underutilized nodes whose pods fit elsewhere are deleted, or replaced
+//! by one strictly cheaper node. Several at once first (the longest prefix of candidates, at
+//! most 100, time-bounded), then one at a time. The simulation is the provisioner's own solver
+//! over the cluster without the candidates, so a decision never strands a pod.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use super::candidates::{Candidate, Found};
+use super::price::{claim_price, worst_price};
+use super::{Budgets, Command, Inputs, Method};
+use crate::api::labels;
+use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
+use crate::core::drain::with_disrupted_taint;
+use crate::core::scheduling::{solve, CapacityType, InstanceType, Plan, PodKey, Requirement};
+use crate::core::state::build;
+
+/// Multi-node consolidation looks at no more candidates than this, for no longer than that.
+const MULTI_NODE_MAX: usize = 100;
+const MULTI_NODE_TIME: Duration = Duration::from_secs(60);
+
+/// A spot node is replaced by spot only when at least this many cheaper types remain, so the
+/// replacement does not chase the single cheapest (and most interrupted) pool.
+pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
+
+/// The underutilized candidates in the order they are tried (fewest pods first, then the
+/// dearest), each pool's `Underutilized` budget applied.
+pub fn allowed<'f, 'a>(
+    inputs: &Inputs,
+    found: &'f mut Found<'a>,
+    budgets: &Budgets,
+) -> Vec<&'f Candidate<'a>> {
+    let mut under: Vec<&Candidate> = found
+        .consolidatable
+        .iter()
+        .filter(|c| {
+            c.pool.spec.disruption.consolidation_policy
+                == ConsolidationPolicy::WhenEmptyOrUnderutilized
+        })
+        .collect();
+    under.sort_by(|a, b| {
+        a.pods.len().cmp(&b.pods.len()).then_with(|| {
+            let pa = claim_price(a.claim, inputs.types_of_class).unwrap_or(0.0);
+            let pb = claim_price(b.claim, inputs.types_of_class).unwrap_or(0.0);
+            pb.total_cmp(&pa)
+        })
+    });
+    let mut used: HashMap<String, usize> = HashMap::new();
+    let mut allowed = Vec::new();
+    for c in under {
+        let pool = c.pool.name_any();
+        let n = used.entry(pool.clone()).or_default();
+        if *n < budgets.allowed(c.pool, DisruptionReason::Underutilized) {
+            *n += 1;
+            allowed.push(c);
+        } else {
+            found.kept.push((
+                c.claim.name_any(),
+                format!("NodePool {pool}'s disruption budget for Underutilized allows no (more) disruption now"),
+            ));
+        }
+    }
+    allowed
+}
+
+/// Several nodes at once: the longest prefix (at most 100, binary search) whose pods fit the
+/// rest of the cluster plus at most one cheaper node.
+pub fn multi_node(inputs: &Inputs, allowed: &[&Candidate]) -> Option<Command> {
+    let started = std::time::Instant::now();
+    let (mut lo, mut hi) = (2, allowed.len().min(MULTI_NODE_MAX));
+    if hi < lo {
+        return None;
+    }
+    // Savings need not grow with the prefix (two nodes may gain nothing where three do): the
+    // whole prefix is tried first, then the search runs below it.
+    match simulate(inputs, &allowed[..hi]) {
+        Ok(command) => return Some(command),
+        Err(_) => hi -= 1,
+    }
+    let mut best = None;
+    while lo <= hi && started.elapsed() < MULTI_NODE_TIME {
+        let mid = (lo + hi) / 2;
+        match simulate(inputs, &allowed[..mid]) {
+            Ok(command) => {
+                best = Some(command);
+                lo = mid + 1;
+            }
+            Err(_) => hi = mid - 1,
+        }
+    }
+    best
+}
+
+/// One node: the first that can go; each other one is kept with why not.
+pub fn single_node(
+    inputs: &Inputs,
+    allowed: &[&Candidate],
+    kept: &mut Vec<(String, String)>,
+) -> Option<Command> {
+    for c in allowed {
+        match simulate(inputs, &[c]) {
+            Ok(command) => return Some(command),
+            Err(why) => kept.push((c.claim.name_any(), why)),
+        }
+    }
+    None
+}
+
+/// Where the candidates' pods would go without them: the solver over the rest of the cluster.
+pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
+    let mut snap = inputs.snapshot.clone();
+    // Seen as going, the candidates' nodes are left out and their pods are placed again.
+    let going: Vec<String> = cands.iter().map(|c| c.node.name_any()).collect();
+    snap.nodes = snap
+        .nodes
+        .iter()
+        .map(|n| {
+            if !going.contains(&n.name_any()) {
+                return n.clone();
+            }
+            let mut node = n.as_ref().clone();
+            if let Some(taints) = with_disrupted_taint(&node) {
+                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+            }
+            Arc::new(node)
+        })
+        .collect();
+    let mut built = build(&snap, inputs.types_of_class);
+    let theirs: Vec<PodKey> = cands
+        .iter()
+        .flat_map(|c| &c.pods)
+        .map(|p| PodKey {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+        })
+        .collect();
+    built.problem.pods.retain(|p| theirs.contains(&p.key));
+    let plan = solve(&built.problem);
+    if let Some(u) = plan.unschedulable.first() {
+        return Err(format!(
+            "pod {}/{} could not move: {}",
+            u.pod.namespace,
+            u.pod.name,
+            u.message()
+        ));
+    }
+    Ok(plan)
+}
+
+/// Delete the candidates, or replace them with one node strictly cheaper than their sum.
+fn simulate(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
+    let price: f64 = cands
+        .iter()
+        .map(|c| claim_price(c.claim, inputs.types_of_class).ok_or("its price is unknown"))
+        .sum::<Result<f64, _>>()?;
+    let plan = reschedule(inputs, cands)?;
+    let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();
+    match plan.nodeclaims.as_slice() {
+        [] => Ok(Command {
+            method: Method::Underutilized,
+            candidates: names,
+            replacements: Vec::new(),
+            saving: price,
+        }),
+        [one] => {
+            let spot = cands.iter().any(|c| {
+                c.claim
+                    .labels()
+                    .get(labels::CAPACITY_TYPE)
+                    .map(String::as_str)
+                    == Some(labels::CAPACITY_SPOT)
+            });
+            if spot && !inputs.spot_to_spot {
+                return Err("its pods need a new node, and a spot node is not replaced by another spot node (SPOT_TO_SPOT_CONSOLIDATION is off)".into());
+            }
+            let mut requirements = one.requirements.clone();
+            // On-demand replaced by a mixed choice: pinned to spot, the only way it is cheaper.
+            let allows_spot = requirements
+                .get(labels::CAPACITY_TYPE)
+                .is_none_or(|r| r.has(labels::CAPACITY_SPOT));
+            let spot_offered = one.instance_types.iter().any(|t| {
+                t.offerings
+                    .iter()
+                    .any(|o| o.capacity_type == CapacityType::Spot && o.available)
+            });
+            if allows_spot && spot_offered {
+                requirements.add(
+                    labels::CAPACITY_TYPE,
+                    Requirement::any_of([labels::CAPACITY_SPOT]),
+                );
+            }
+            let cheaper: Vec<Arc<InstanceType>> = one
+                .instance_types
+                .iter()
+                .filter(|t| worst_price(t, &requirements).is_some_and(|w| w < price))
+                .cloned()
+                .collect();
+            let Some(best) = cheaper
+                .iter()
+                .filter_map(|t| t.cheapest(&requirements).map(|o| o.price))
+                .min_by(f64::total_cmp)
+            else {
+                return Err(format!("no replacement is cheaper than ${price:.4}/h"));
+            };
+            if spot && cheaper.len() < SPOT_TO_SPOT_MIN_TYPES {
+                return Err(format!(
+                    "only {} spot types are cheaper (spot-to-spot needs {SPOT_TO_SPOT_MIN_TYPES})",
+                    cheaper.len()
+                ));
+            }
+            let mut replacement = one.clone();
+            replacement.requirements = requirements;
+            replacement.instance_types = cheaper;
+            Ok(Command {
+                method: Method::Underutilized,
+                candidates: names,
+                replacements: vec![replacement],
+                saving: price - best,
+            })
+        }
+        more => Err(format!("its pods would need {} new nodes", more.len())),
+    }
+}

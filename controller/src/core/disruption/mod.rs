@@ -1,0 +1,128 @@
+//! Which nodes to disrupt now (pure), one method at a time in upstream's order: expiration,
+//! emptiness, drift, multi-node then single-node consolidation. Each method is a module of
+//! its own over the candidates one pass finds; every node kept gets its reason (`jointer
+//! explain node`, the controller's logs).
+
+pub mod budget;
+pub mod candidates;
+pub mod consolidation;
+pub mod drift;
+pub mod emptiness;
+pub mod expiration;
+pub mod price;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::api::nodepool::DisruptionReason;
+use crate::api::NodePool;
+use crate::core::scheduling::{InstanceType, NodeClaimPlan};
+use crate::core::state::Snapshot;
+pub use consolidation::SPOT_TO_SPOT_MIN_TYPES;
+pub use price::claim_price;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Expired,
+    Empty,
+    Drifted,
+    Underutilized,
+}
+
+impl Method {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Method::Expired => "Expired",
+            Method::Empty => "Empty",
+            Method::Drifted => "Drifted",
+            Method::Underutilized => "Underutilized",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub method: Method,
+    /// NodeClaim names.
+    pub candidates: Vec<String>,
+    /// The nodes to launch first: for a cheaper replacement exactly one, with only instance
+    /// types cheaper than the candidate at their worst-case price; for drift, whatever the
+    /// candidate's pods need that the rest of the cluster cannot give.
+    pub replacements: Vec<NodeClaimPlan>,
+    /// USD/hour saved at the cheapest launch.
+    pub saving: f64,
+}
+
+impl Command {
+    /// Same method, candidates and shape of replacement: still the same decision.
+    pub fn same_as(&self, other: &Command) -> bool {
+        self.method == other.method
+            && self.candidates == other.candidates
+            && self.replacements.len() == other.replacements.len()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Decision {
+    pub command: Option<Command>,
+    /// (NodeClaim, why it is kept).
+    pub kept: Vec<(String, String)>,
+}
+
+/// What the loop knows besides the objects.
+pub struct Inputs<'a> {
+    pub snapshot: &'a Snapshot,
+    pub types_of_class: &'a HashMap<String, Vec<Arc<InstanceType>>>,
+    pub now: Timestamp,
+    /// A node initialized more recently than this is not a candidate (its pods are still
+    /// arriving: it was launched for them).
+    pub settle: Duration,
+    /// Replace a spot node by a cheaper spot node (off by default, as upstream: a spot price is
+    /// low because the pool is deep; moving to the cheapest shallow pool invites interruptions).
+    pub spot_to_spot: bool,
+}
+
+/// How many more nodes each pool's budgets let go now, by reason.
+pub struct Budgets<'a> {
+    pool_nodes: &'a HashMap<String, (usize, usize)>,
+    now: Timestamp,
+}
+
+impl Budgets<'_> {
+    pub fn allowed(&self, pool: &NodePool, reason: DisruptionReason) -> usize {
+        let (total, going) = self
+            .pool_nodes
+            .get(&pool.name_any())
+            .copied()
+            .unwrap_or_default();
+        budget::allowed(pool, reason, total, going, self.now)
+    }
+}
+
+pub fn decide(inputs: &Inputs) -> Decision {
+    let mut found = candidates::find(inputs);
+    let pool_nodes = std::mem::take(&mut found.pool_nodes);
+    let budgets = Budgets {
+        pool_nodes: &pool_nodes,
+        now: inputs.now,
+    };
+    let command = expiration::command(&found.live, inputs.now)
+        .or_else(|| emptiness::command(inputs, &mut found, &budgets))
+        .or_else(|| drift::command(inputs, &mut found, &budgets))
+        .or_else(|| {
+            let mut kept = Vec::new();
+            let allowed = consolidation::allowed(inputs, &mut found, &budgets);
+            let command = consolidation::multi_node(inputs, &allowed)
+                .or_else(|| consolidation::single_node(inputs, &allowed, &mut kept));
+            found.kept.extend(kept);
+            command
+        });
+    Decision {
+        command,
+        kept: found.kept,
+    }
+}

@@ -1,0 +1,56 @@
+//! What nodes cost (pure): the price of a NodeClaim's instance and the dearest offering a
+//! replacement could land on, by which consolidation compares.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use crate::api::labels;
+use crate::api::nodeclaim::NodeClaim;
+use crate::core::scheduling::{CapacityType, InstanceType, Requirements};
+
+/// What launching into a capacity reservation is priced at, relative to on-demand (as
+/// upstream: near zero, yet keeping the types' order).
+pub const RESERVED_PRICE_FACTOR: f64 = 1e-7;
+
+/// The price of the instance a NodeClaim launched (its labels name type, zone, capacity type).
+pub fn claim_price(
+    claim: &NodeClaim,
+    types: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> Option<f64> {
+    let l = claim.labels();
+    let (t, zone, ct) = (
+        l.get(labels::INSTANCE_TYPE)?,
+        l.get(labels::ZONE)?,
+        CapacityType::parse(l.get(labels::CAPACITY_TYPE)?)?,
+    );
+    let offerings = &types
+        .get(&claim.spec.node_class_ref.name)?
+        .iter()
+        .find(|it| &it.name == t)?
+        .offerings;
+    let price = |ct: CapacityType| {
+        offerings
+            .iter()
+            .find(|o| &o.zone == zone && o.capacity_type == ct)
+            .map(|o| o.price)
+    };
+    // A full reservation is no longer offered, yet its nodes cost what reserved ones do.
+    price(ct).or_else(|| {
+        (ct == CapacityType::Reserved)
+            .then(|| price(CapacityType::OnDemand))
+            .flatten()
+            .map(|od| od * RESERVED_PRICE_FACTOR)
+    })
+}
+
+/// The dearest available offering of `t` that `req` allows: what a replacement launched as
+/// `t` may cost at worst.
+pub fn worst_price(t: &InstanceType, req: &Requirements) -> Option<f64> {
+    t.offerings
+        .iter()
+        .filter(|o| o.available && o.matches(req))
+        .map(|o| o.price)
+        .max_by(f64::total_cmp)
+}

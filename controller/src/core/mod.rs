@@ -1,0 +1,14 @@
+//! The pure core: every decision the controller (and `jointer simulate`/`explain`) makes,
+//! over plain data. No `.await`, no AWS SDK, no `kube::Client`, no clock: time and settings
+//! come in as arguments, so each rule has a unit or case test.
+
+pub mod benchmark;
+pub mod catalog;
+pub mod disruption;
+pub mod drain;
+pub mod interruption;
+pub mod nodeclaim;
+pub mod nodeclass;
+pub mod pods;
+pub mod scheduling;
+pub mod state;

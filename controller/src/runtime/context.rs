@@ -1,0 +1,51 @@
+//! The one thing every controller is given: the API client, the cloud behind its trait, the
+//! watch caches, the settings, the metrics and the Event recorder.
+
+use std::sync::Arc;
+
+use kube::runtime::events::Recorder;
+
+use super::stores::Stores;
+use crate::cloud::{CloudProvider, InterruptionQueue};
+use crate::metrics::Metrics;
+use crate::settings::Settings;
+
+pub struct Context {
+    pub client: kube::Client,
+    pub cloud: Arc<dyn CloudProvider>,
+    /// Where interruption messages arrive; None turns interruption handling off.
+    pub queue: Option<Arc<dyn InterruptionQueue>>,
+    pub stores: Stores,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context over fresh watch caches (the returned future keeps them filled).
+    pub fn new(
+        client: kube::Client,
+        cloud: Arc<dyn CloudProvider>,
+        queue: Option<Arc<dyn InterruptionQueue>>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        identity: &str,
+    ) -> (Context, impl std::future::Future<Output = ()>) {
+        let (stores, caches) = Stores::start(&client);
+        let reporter = kube::runtime::events::Reporter {
+            controller: "jointer-controller".into(),
+            instance: Some(identity.to_string()),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let ctx = Context {
+            client,
+            cloud,
+            queue,
+            stores,
+            settings,
+            metrics,
+            recorder,
+        };
+        (ctx, caches)
+    }
+}
