@@ -61,6 +61,13 @@ pub struct Settings {
     /// Let consolidation replace a spot node by a cheaper spot node (needs 15 cheaper types).
     #[arg(long, env = "SPOT_TO_SPOT_CONSOLIDATION", default_value_t = false, action = clap::ArgAction::Set)]
     pub spot_to_spot_consolidation: bool,
+    /// A NodeClaim not launched after this long is deleted (upstream: 5 minutes).
+    #[arg(long, env = "LAUNCH_TIMEOUT", value_parser = seconds, default_value = "5m")]
+    pub launch_timeout: Duration,
+    /// A launched NodeClaim whose Node has not registered after this long is deleted
+    /// (upstream: 15 minutes).
+    #[arg(long, env = "REGISTRATION_TIMEOUT", value_parser = seconds, default_value = "15m")]
+    pub registration_timeout: Duration,
     /// `error`, `warn`, `info`, `debug`, or a tracing filter.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,

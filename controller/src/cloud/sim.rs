@@ -12,7 +12,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::{
-    CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
+    CloudError, CloudProvider, InstanceState, InterruptionQueue, Launched, OwnedInstance,
+    QueueMessage, Resolution, TypesOfClass,
 };
 use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
@@ -392,6 +393,63 @@ impl CloudProvider for SimCloud {
     }
 
     async fn release(&self, _class: &EC2NodeClass) -> Result<(), CloudError> {
+        Ok(())
+    }
+}
+
+/// An in-process interruption queue: what a test sends is received once, and stays pending
+/// until it is acknowledged.
+#[derive(Default)]
+pub struct SimQueue {
+    messages: Mutex<Vec<(QueueMessage, bool)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl SimQueue {
+    /// Puts an EventBridge event on the queue.
+    pub fn send(&self, body: &str) {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let message = QueueMessage {
+            body: body.to_string(),
+            receipt: format!("receipt-{n}"),
+        };
+        self.lock().push((message, false));
+    }
+
+    /// Messages sent and not yet acknowledged.
+    pub fn pending(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<(QueueMessage, bool)>> {
+        self.messages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl InterruptionQueue for SimQueue {
+    async fn receive(&self) -> Result<Vec<QueueMessage>, CloudError> {
+        let batch: Vec<QueueMessage> = {
+            let mut messages = self.lock();
+            messages
+                .iter_mut()
+                .filter(|(_, in_flight)| !*in_flight)
+                .take(10)
+                .map(|(m, in_flight)| {
+                    *in_flight = true;
+                    m.clone()
+                })
+                .collect()
+        };
+        if batch.is_empty() {
+            // A long poll that found nothing.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(batch)
+    }
+
+    async fn acknowledge(&self, receipt: &str) -> Result<(), CloudError> {
+        self.lock().retain(|(m, _)| m.receipt != receipt);
         Ok(())
     }
 }

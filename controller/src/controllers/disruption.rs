@@ -9,19 +9,16 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
-use serde_json::json;
 
-use super::nodeclaim::drain;
 use crate::api::conditions::{is_true, INITIALIZED};
-use crate::api::labels::DISRUPTED_TAINT;
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::disruption::{decide, Command, Inputs};
 use crate::core::nodeclaim::from_plan;
 use crate::metrics::ReasonLabels;
-use crate::runtime::Context;
+use crate::runtime::{taints, Context};
 
 /// How long a replacement may take to become initialized before the command is abandoned.
 const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -83,25 +80,11 @@ async fn set_taint(ctx: &Context, claim: &NodeClaim, on: bool) -> Result<(), kub
         return Ok(());
     };
     if on {
-        return drain::taint(&nodes, &node).await;
+        taints::add_disrupted(&nodes, &node).await
+    } else {
+        // Back in service: the decision was abandoned.
+        taints::remove_disrupted(&nodes, &node).await
     }
-    // Back in service: the decision was abandoned.
-    let taints: Vec<_> = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.key != DISRUPTED_TAINT)
-        .collect();
-    nodes
-        .patch(
-            &node_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": taints}})),
-        )
-        .await?;
-    Ok(())
 }
 
 async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {

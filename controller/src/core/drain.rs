@@ -36,6 +36,20 @@ pub fn with_disrupted_taint(node: &Node) -> Option<Vec<Taint>> {
 /// Kubernetes' default when a pod does not set `terminationGracePeriodSeconds`.
 const DEFAULT_POD_GRACE: i64 = 30;
 
+/// The node's taints without `karpenter.sh/disrupted`, or None when it has none.
+pub fn without_disrupted_taint(node: &Node) -> Option<Vec<Taint>> {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone())?;
+    if !taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
+        return None;
+    }
+    Some(
+        taints
+            .into_iter()
+            .filter(|t| t.key != DISRUPTED_TAINT)
+            .collect(),
+    )
+}
+
 /// When a deleting NodeClaim's node must be gone: its deletion time plus the
 /// `terminationGracePeriod` it was created with; `None` drains for as long as it takes.
 pub fn deadline(claim: &NodeClaim) -> Option<Timestamp> {

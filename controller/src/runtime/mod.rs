@@ -8,6 +8,7 @@ pub mod finalizers;
 pub mod leader;
 pub mod server;
 pub mod stores;
+pub mod taints;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

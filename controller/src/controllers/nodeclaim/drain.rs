@@ -1,30 +1,14 @@
-//! The drain's I/O: taint the node so nothing new lands, then evict its pods through the
+//! The drain's I/O (the node is tainted first, `runtime::taints`): evict its pods through the
 //! eviction API, which honours PodDisruptionBudgets (a 429 means a budget says not now:
 //! retried on the next pass), or delete them when the NodeClaim's terminationGracePeriod ends.
 //! What happens to each pod is decided by [`crate::core::drain::pod_step`].
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams};
 use kube::ResourceExt;
-use serde_json::json;
 
-use crate::core::drain::{pod_step, with_disrupted_taint, PodStep};
-
-/// Adds the `karpenter.sh/disrupted:NoSchedule` taint unless it is there.
-pub async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), kube::Error> {
-    let Some(taints) = with_disrupted_taint(node) else {
-        return Ok(());
-    };
-    nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": taints}})),
-        )
-        .await?;
-    Ok(())
-}
+use crate::core::drain::{pod_step, PodStep};
 
 /// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
 /// still hold it.

@@ -26,12 +26,8 @@ use crate::cloud::{CloudError, InstanceState};
 use crate::core::drain as drain_policy;
 use crate::core::nodeclaim::quantities;
 use crate::metrics::Metrics;
-use crate::runtime::{finalizers, Context};
+use crate::runtime::{finalizers, taints, Context};
 
-/// A NodeClaim not launched after this long is deleted (upstream's timeout).
-const LAUNCH_TIMEOUT: Duration = Duration::from_secs(300);
-/// A launched NodeClaim whose Node has not registered after this long is deleted.
-const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
 /// How often a claim on its way to Ready is looked at again.
 const PROGRESS: Duration = Duration::from_secs(1);
 
@@ -51,6 +47,14 @@ fn age(claim: &NodeClaim) -> Duration {
         .map(|t| Timestamp::now().duration_since(t.0))
         .and_then(|d| Duration::try_from(d).ok())
         .unwrap_or_default()
+}
+
+/// `15 minutes`, or `20 s` for a timeout shorter than a minute.
+fn minutes(d: Duration) -> String {
+    match d.as_secs() {
+        s if s >= 60 => format!("{} minutes", s / 60),
+        s => format!("{s} s"),
+    }
 }
 
 fn pool_of(claim: &NodeClaim) -> String {
@@ -108,10 +112,11 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
     let provider_id = status.provider_id.clone().unwrap_or_default();
     if !is_true(&status.conditions, REGISTERED) {
         let Some(node) = find_node(&ctx, &provider_id) else {
-            if age(&claim) > REGISTRATION_TIMEOUT {
+            let timeout = ctx.settings.registration_timeout;
+            if age(&claim) > timeout {
                 let why = format!(
-                    "no Node registered for {provider_id} within {} minutes",
-                    REGISTRATION_TIMEOUT.as_secs() / 60
+                    "no Node registered for {provider_id} within {}",
+                    minutes(timeout)
                 );
                 tracing::warn!(nodeclaim = %name, reason = %why, "deleting NodeClaim");
                 event(&ctx, &claim, EventType::Warning, "RegistrationTimeout", why).await;
@@ -220,11 +225,9 @@ async fn launch(
             let reason = e.reason();
             let message = e.to_string();
             tracing::warn!(nodeclaim = %name, reason, error = %message, "launch failed");
-            if age(claim) > LAUNCH_TIMEOUT {
-                let why = format!(
-                    "not launched within {} minutes: {message}",
-                    LAUNCH_TIMEOUT.as_secs() / 60
-                );
+            let timeout = ctx.settings.launch_timeout;
+            if age(claim) > timeout {
+                let why = format!("not launched within {}: {message}", minutes(timeout));
                 event(ctx, claim, EventType::Warning, "LaunchTimeout", why).await;
                 api.delete(&name, &DeleteParams::background()).await?;
                 return Ok(Action::await_change());
@@ -360,7 +363,7 @@ async fn terminate(
         }
     }
     if let Some(node) = &node {
-        drain::taint(&nodes, node).await?;
+        taints::add_disrupted(&nodes, node).await?;
         let left = drain::drain(&ctx.client, &node.name_any(), deadline).await?;
         if left > 0 {
             let now = Timestamp::now();

@@ -2,20 +2,15 @@
 //! a class to Ready, makes a missing discovery tag loud, cleans up on delete; two replicas
 //! elect one leader, and the standby takes over when the leader goes. Needs tests/env/up.sh.
 
-// The CLI's test support for the environment, shared rather than copied.
-#[path = "../../tests/support/testenv.rs"]
-#[allow(dead_code)]
-mod testenv;
-
 use std::process::{Child, Command, Stdio};
+
+use crate::testenv;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
-use tokio::sync::Mutex;
 
-static TURN: Mutex<()> = Mutex::const_new(());
 const KEY: &str = "karpenter.sh/discovery";
 
 /// A controller process for `cluster`, electing its leader in `namespace`.
@@ -82,7 +77,7 @@ fn nodeclasses(client: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &resource)
 }
 
-async fn install_crds(client: &kube::Client) {
+pub async fn install_crds(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (_, mut crd) in jointer_controller::crds::all() {
@@ -210,7 +205,7 @@ async fn setup(prefix: &str) -> (Value, String, kube::Client, String) {
 
 #[tokio::test]
 async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_up() {
-    let _turn = TURN.lock().await;
+    let _turn = crate::CLUSTER.lock().await;
     let (world, cluster, client, lease_ns) = setup("ctl-class").await;
     let (ec2, iam, subnets) = prepare_aws(&world).await;
     let _controller = Controller::start(&cluster, &lease_ns, &testenv::unique("ctl"), 28180);
@@ -322,7 +317,7 @@ async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_
 
 #[tokio::test]
 async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
-    let _turn = TURN.lock().await;
+    let _turn = crate::CLUSTER.lock().await;
     let (_, cluster, client, lease_ns) = setup("ctl-leader").await;
     let first = Controller::start(&cluster, &lease_ns, "replica-a", 28190);
     testenv::wait_for("replica-a to lead", Duration::from_secs(30), || async {
@@ -377,7 +372,7 @@ async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
 
 #[tokio::test]
 async fn orphan_instances_are_terminated_and_nodeclaims_without_instances_deleted() {
-    let _turn = TURN.lock().await;
+    let _turn = crate::CLUSTER.lock().await;
     let (world, cluster, client, lease_ns) = setup("ctl-gc").await;
     let config = testenv::aws().await;
     let ec2 = aws_sdk_ec2::Client::new(&config);

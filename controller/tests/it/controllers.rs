@@ -1,0 +1,736 @@
+//! The controllers in-process, against the real test API server and the simulated cloud
+//! (`cloud::sim`): provisioning, the NodeClaim lifecycle (launch failure, insufficient
+//! capacity, registration timeout), the drain with a PodDisruptionBudget, consolidation and
+//! interruption, each in seconds. A joiner task plays the booting kubelet: for every instance
+//! the simulated cloud runs it creates the Node (kwok then makes it Ready and runs its pods),
+//! so kube-scheduler really binds the pods. The end-to-end suite (`tests/it/provisioning.rs` at
+//! the root) keeps what needs AWS emulation and the node-join path.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jointer_controller::api::labels;
+use jointer_controller::cloud::sim::{SimCloud, SimQueue, Source};
+use jointer_controller::cloud::{CloudError, InstanceState};
+use jointer_controller::core::catalog::Catalog;
+use jointer_controller::core::scheduling::CapacityType;
+use jointer_controller::metrics::Metrics;
+use jointer_controller::runtime::{run_controllers, Context};
+use jointer_controller::settings::Settings;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+use crate::nodeclass::install_crds;
+use crate::testenv::{self, wait_for};
+
+/// Every object a scene makes carries it, so the next scene can remove what a failed one left.
+const SCENE_LABEL: &str = "jointer.dev/in-process-scene";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn dynamic(client: &kube::Client, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, "v1", kind),
+        plural,
+    );
+    Api::all_with(client.clone(), &resource)
+}
+
+fn nodeclaims(c: &kube::Client) -> Api<DynamicObject> {
+    dynamic(c, "karpenter.sh", "NodeClaim", "nodeclaims")
+}
+fn nodepools(c: &kube::Client) -> Api<DynamicObject> {
+    dynamic(c, "karpenter.sh", "NodePool", "nodepools")
+}
+fn nodeclasses(c: &kube::Client) -> Api<DynamicObject> {
+    dynamic(c, "karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses")
+}
+
+/// Fast timings: batches close in a fraction of a second, disruption decides every second.
+fn settings(name: &str) -> Settings {
+    Settings {
+        cluster_name: name.into(),
+        cluster_endpoint: None,
+        interruption_queue: Some("sim".into()),
+        region: "us-east-1".into(),
+        batch_idle: Duration::from_millis(300),
+        batch_max: Duration::from_secs(2),
+        nodeclass_resync: Duration::from_secs(60),
+        gc_grace: Duration::from_secs(30),
+        disruption_poll: Duration::from_secs(1),
+        disruption_validation: Duration::from_secs(1),
+        disruption_settle: Duration::ZERO,
+        interruption_act_on_rebalance: false,
+        spot_to_spot_consolidation: false,
+        launch_timeout: Duration::from_secs(300),
+        registration_timeout: Duration::from_secs(900),
+        log_level: "info".into(),
+        metrics_port: 0,
+        health_port: 0,
+        leader_election_namespace: None,
+        identity: Some(format!("{name}-test")),
+    }
+}
+
+/// One test's world: a namespace, an EC2NodeClass, a NodePool whose nodes carry the scene's
+/// label (its pods select it, so nothing else lands there), the controllers running over the
+/// simulated cloud, and the joiner.
+struct Scene {
+    name: String,
+    client: kube::Client,
+    sim: Arc<SimCloud>,
+    queue: Arc<SimQueue>,
+    metrics: Arc<Metrics>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Scene {
+    async fn start(prefix: &str, pool_spec: Value, tune: impl FnOnce(&mut Settings)) -> Scene {
+        testenv::require();
+        let client = testenv::kube().await;
+        install_crds(&client).await;
+        remove_leftovers(&client).await;
+        let name = testenv::unique(prefix);
+        let ns: Api<Namespace> = Api::all(client.clone());
+        ns.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": {SCENE_LABEL: name}}}),
+            )
+            .expect("namespace"),
+        )
+        .await
+        .expect("create namespace");
+        let class = json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": name, "labels": {SCENE_LABEL: name}},
+            "spec": {
+                "role": "sim-node-role",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": name}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": name}}],
+            }
+        });
+        create(&nodeclasses(&client), class).await;
+        let mut pool = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": name, "labels": {SCENE_LABEL: name}},
+            "spec": {"template": {
+                "metadata": {"labels": {SCENE_LABEL: name}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": name},
+                    "requirements": [
+                        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    ],
+                },
+            }},
+        });
+        merge(&mut pool["spec"], &pool_spec);
+        create(&nodepools(&client), pool).await;
+
+        let source = Source::Embedded {
+            catalog: Catalog::embedded().expect("embedded catalog"),
+            region: "us-east-1".into(),
+            prices: None,
+        };
+        let sim = Arc::new(SimCloud::new(source));
+        let queue = Arc::new(SimQueue::default());
+        let metrics = Arc::new(Metrics::new());
+        let mut s = settings(&name);
+        tune(&mut s);
+        let (ctx, caches) = Context::new(
+            client.clone(),
+            sim.clone(),
+            Some(queue.clone()),
+            s,
+            metrics.clone(),
+            &name,
+        );
+        let controllers = tokio::spawn(run_controllers(Arc::new(ctx), caches));
+        let joiner = tokio::spawn(join_nodes(client.clone(), sim.clone(), name.clone()));
+        let scene = Scene {
+            name,
+            client,
+            sim,
+            queue,
+            metrics,
+            tasks: vec![controllers, joiner],
+        };
+        wait_for("the EC2NodeClass to be Ready", WAIT, || async {
+            let class = nodeclasses(&scene.client).get(&scene.name).await.ok()?;
+            (condition(&class, "Ready").as_deref() == Some("True")).then_some(())
+        })
+        .await;
+        scene
+    }
+
+    /// A pod of `cpu` that only this scene's nodes can take.
+    async fn pod(&self, name: &str, cpu: &str, labels: Value) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": self.name, "labels": labels},
+            "spec": {
+                "nodeSelector": {SCENE_LABEL: self.name},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
+            }
+        }))
+        .expect("pod");
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod")
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    async fn claims(&self) -> Vec<DynamicObject> {
+        let selector = format!("{}={}", labels::NODEPOOL, self.name);
+        nodeclaims(&self.client)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list NodeClaims")
+            .items
+    }
+
+    /// Waits until `pod` runs on a node, and returns the node's name.
+    async fn running(&self, pod: &str) -> String {
+        wait_for(&format!("pod {pod} Running"), WAIT, || async {
+            let p = self.pods().get(pod).await.ok()?;
+            let phase = p.status.as_ref()?.phase.as_deref()?;
+            (phase == "Running").then(|| p.spec?.node_name)?
+        })
+        .await
+    }
+
+    /// The Events whose reason is `reason` on objects named `name`.
+    async fn events(&self, name: &str, reason: &str) -> Vec<String> {
+        let events: Api<Event> = Api::all(self.client.clone());
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.message)
+            .collect()
+    }
+
+    /// Deletes the scene's objects with the controllers still running (they drain and
+    /// terminate the nodes and release the finalizers), then stops them.
+    async fn finish(self) {
+        let _ = nodepools(&self.client)
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        for c in self.claims().await {
+            let _ = nodeclaims(&self.client)
+                .delete(&c.name_any(), &DeleteParams::background())
+                .await;
+        }
+        let ns: Api<Namespace> = Api::all(self.client.clone());
+        let _ = ns.delete(&self.name, &DeleteParams::background()).await;
+        wait_for("the scene's NodeClaims to go", WAIT, || async {
+            self.claims().await.is_empty().then_some(())
+        })
+        .await;
+        let _ = nodeclasses(&self.client)
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        wait_for("the scene's EC2NodeClass to go", WAIT, || async {
+            nodeclasses(&self.client)
+                .get_opt(&self.name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        let live = self
+            .sim
+            .instances()
+            .into_iter()
+            .filter(|i| i.state == InstanceState::Live)
+            .count();
+        assert_eq!(
+            live, 0,
+            "every instance is terminated once the scene is gone"
+        );
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn create(api: &Api<DynamicObject>, value: Value) {
+    let obj: DynamicObject = serde_json::from_value(value).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+}
+
+/// Deep-merges `extra` into `base`.
+fn merge(base: &mut Value, extra: &Value) {
+    match (base, extra) {
+        (Value::Object(b), Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, e) => *b = e.clone(),
+    }
+}
+
+fn condition(obj: &DynamicObject, kind: &str) -> Option<String> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_string)
+}
+
+/// What a failed scene left: its NodeClaims, NodePools and classes, finalizers removed (no
+/// controller runs now to release them), its Nodes and namespaces.
+async fn remove_leftovers(client: &kube::Client) {
+    let params = ListParams::default().labels(SCENE_LABEL);
+    let unblock = json!({"metadata": {"finalizers": null}});
+    for api in [nodeclaims(client), nodepools(client), nodeclasses(client)] {
+        for o in api.list(&params).await.map(|l| l.items).unwrap_or_default() {
+            let _ = api
+                .patch(
+                    &o.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&unblock),
+                )
+                .await;
+            let _ = api.delete(&o.name_any(), &DeleteParams::default()).await;
+        }
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in nodes
+        .list(&params)
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = nodes.delete(&n.name_any(), &DeleteParams::default()).await;
+    }
+    let ns: Api<Namespace> = Api::all(client.clone());
+    for n in ns.list(&params).await.map(|l| l.items).unwrap_or_default() {
+        let _ = ns.delete(&n.name_any(), &DeleteParams::background()).await;
+    }
+}
+
+/// The booting kubelet: a Node for each live instance of the scene's NodeClaims (the
+/// NodeClaim's capacity and labels, the unregistered taint, kwok's annotation), as the
+/// node-join simulator does for EC2 instances. Nodes are never removed here: the NodeClaim
+/// controller deletes them.
+async fn join_nodes(client: kube::Client, sim: Arc<SimCloud>, scene: String) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut joined: BTreeSet<String> = BTreeSet::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for i in sim.instances() {
+            if i.state != InstanceState::Live || joined.contains(&i.launched.provider_id) {
+                continue;
+            }
+            let Ok(claim) = nodeclaims(&client).get(&i.nodeclaim).await else {
+                continue;
+            };
+            if claim.labels().get(labels::NODEPOOL) != Some(&scene) {
+                continue;
+            }
+            let status = &claim.data["status"];
+            if status["providerID"].as_str() != Some(i.launched.provider_id.as_str()) {
+                continue; // not recorded yet: the kubelet would need its labels
+            }
+            let name = format!(
+                "sim-{}",
+                i.launched.provider_id.rsplit('/').next().unwrap_or("x")
+            );
+            let mut node_labels = claim.labels().clone();
+            node_labels.insert(labels::HOSTNAME.into(), name.clone());
+            node_labels.insert(SCENE_LABEL.into(), scene.clone());
+            let node = json!({
+                "metadata": {
+                    "name": name,
+                    "labels": node_labels,
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                },
+                "spec": {
+                    "providerID": i.launched.provider_id,
+                    "taints": [{"key": labels::UNREGISTERED_TAINT, "effect": "NoExecute"}],
+                },
+                "status": {
+                    "capacity": status["capacity"],
+                    "allocatable": status["allocatable"],
+                },
+            });
+            let node: Node = serde_json::from_value(node).expect("node");
+            if nodes.create(&PostParams::default(), &node).await.is_ok() {
+                joined.insert(i.launched.provider_id.clone());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pending_pods_get_the_cheapest_instance_a_registered_node_and_run() {
+    let _turn = crate::CLUSTER.lock().await;
+    let s = Scene::start("ip-provision", json!({}), |_| {}).await;
+    s.pod("web-0", "1500m", json!({})).await;
+    let node = s.running("web-0").await;
+
+    let claims = s.claims().await;
+    assert_eq!(claims.len(), 1, "one pod, one NodeClaim");
+    let launched = s.sim.instances();
+    assert_eq!(launched.len(), 1, "one launch");
+    let instance = &launched[0].launched;
+    // The cheapest on-demand m5/c5/r5 offering with room for 1.5 CPU, as the catalog says.
+    let class: jointer_controller::api::EC2NodeClass = serde_json::from_value(
+        serde_json::to_value(nodeclasses(&s.client).get(&s.name).await.expect("class"))
+            .expect("json"),
+    )
+    .expect("class");
+    let cheapest = s
+        .sim
+        .class_types(&class)
+        .expect("types")
+        .into_iter()
+        .filter(|t| {
+            ["m5", "c5", "r5"]
+                .iter()
+                .any(|f| t.name.starts_with(&format!("{f}.")))
+        })
+        .filter(|t| t.allocatable.cpu >= 1500)
+        .flat_map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                .map(|o| (o.price, t.name.clone()))
+                .collect::<Vec<_>>()
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("an offering");
+    assert_eq!(instance.instance_type, cheapest.1);
+    assert_eq!(instance.capacity_type, CapacityType::OnDemand);
+
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let n = nodes.get(&node).await.expect("node");
+    assert_eq!(
+        n.labels().get(labels::INSTANCE_TYPE),
+        Some(&instance.instance_type)
+    );
+    let taints: Vec<String> = n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    assert!(
+        !taints.iter().any(|t| t == labels::UNREGISTERED_TAINT),
+        "registration removes the unregistered taint: {taints:?}"
+    );
+    let claim = &claims[0];
+    assert_eq!(condition(claim, "Ready").as_deref(), Some("True"));
+    assert!(
+        claim
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "NodePool"),
+        "the NodeClaim is owned by its pool"
+    );
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_launch_is_reported_on_the_nodeclaim_and_retried() {
+    let _turn = crate::CLUSTER.lock().await;
+    let s = Scene::start("ip-launchfail", json!({}), |_| {}).await;
+    s.sim.fail_next_launches([CloudError::Api {
+        service: "ec2",
+        operation: "CreateFleet",
+        code: "UnauthorizedOperation".into(),
+        message: "not allowed to launch".into(),
+    }]);
+    s.pod("job-0", "500m", json!({})).await;
+    s.running("job-0").await;
+    assert_eq!(s.sim.launch_calls(), 2, "the failed launch, then the retry");
+    assert_eq!(s.sim.instances().len(), 1);
+    let claim = s.claims().await.remove(0).name_any();
+    let failed = s.events(&claim, "LaunchFailed").await;
+    assert!(
+        failed.iter().any(|m| m.contains("UnauthorizedOperation")),
+        "the failure is an Event on the NodeClaim naming AWS's code: {failed:?}"
+    );
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn insufficient_capacity_falls_back_to_the_next_cheapest_offering() {
+    let _turn = crate::CLUSTER.lock().await;
+    // Every zone of the cheapest type is short: the launch must move to another type.
+    let s = Scene::start(
+        "ip-ice",
+        json!({"template": {"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ]}}}),
+        |_| {},
+    )
+    .await;
+    for zone in [
+        "us-east-1a",
+        "us-east-1b",
+        "us-east-1c",
+        "us-east-1d",
+        "us-east-1e",
+        "us-east-1f",
+    ] {
+        s.sim.no_capacity("c5.large", zone, CapacityType::OnDemand);
+    }
+    s.pod("api-0", "1", json!({})).await;
+    s.running("api-0").await;
+    let live: Vec<String> = s
+        .sim
+        .instances()
+        .into_iter()
+        .filter(|i| i.state == InstanceState::Live)
+        .map(|i| i.launched.instance_type)
+        .collect();
+    assert_eq!(live, ["m5.large"], "c5.large had no capacity anywhere");
+    assert!(
+        s.sim.launch_calls() >= 2,
+        "at least one launch hit the shortage"
+    );
+    let claim = s.claims().await.remove(0).name_any();
+    let short = s.events(&claim, "InsufficientCapacity").await;
+    assert!(
+        !short.is_empty(),
+        "the shortage is an Event on the NodeClaim"
+    );
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_never_registers_is_given_up_and_its_instance_terminated() {
+    let _turn = crate::CLUSTER.lock().await;
+    let s = Scene::start("ip-noreg", json!({}), |s| {
+        s.registration_timeout = Duration::from_secs(3)
+    })
+    .await;
+    // No joiner: the instance never becomes a Node.
+    s.tasks[1].abort();
+    s.pod("lonely-0", "500m", json!({})).await;
+    let first = wait_for("a launch", WAIT, || async {
+        s.sim
+            .instances()
+            .first()
+            .map(|i| i.launched.provider_id.clone())
+    })
+    .await;
+    let claim = wait_for("the NodeClaim", WAIT, || async {
+        s.claims().await.first().map(|c| c.name_any())
+    })
+    .await;
+    wait_for(
+        "the unregistered instance to be terminated",
+        WAIT,
+        || async { s.sim.terminated().contains(&first).then_some(()) },
+    )
+    .await;
+    let why = s.events(&claim, "RegistrationTimeout").await;
+    assert!(
+        why.iter().any(|m| m.contains("no Node registered")),
+        "{why:?}"
+    );
+    wait_for("the NodeClaim to be deleted", WAIT, || async {
+        nodeclaims(&s.client)
+            .get_opt(&claim)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_waits_for_a_pod_disruption_budget_and_then_terminates() {
+    let _turn = crate::CLUSTER.lock().await;
+    let s = Scene::start("ip-drain", json!({}), |_| {}).await;
+    s.pod("db-0", "500m", json!({"app": "db"})).await;
+    let node = s.running("db-0").await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.name);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}},
+    }))
+    .expect("pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("pdb");
+    let claim = s.claims().await.remove(0).name_any();
+    nodeclaims(&s.client)
+        .delete(&claim, &DeleteParams::background())
+        .await
+        .expect("delete NodeClaim");
+
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    wait_for("the node to be tainted for disruption", WAIT, || async {
+        let n = nodes.get(&node).await.ok()?;
+        n.spec?
+            .taints?
+            .iter()
+            .any(|t| t.key == labels::DISRUPTED_TAINT)
+            .then_some(())
+    })
+    .await;
+    // The budget allows no eviction: the pod stays, the instance runs, for several passes.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(s.pods().get_opt("db-0").await.expect("get").is_some());
+    assert!(
+        s.sim.terminated().is_empty(),
+        "nothing terminated while the budget holds"
+    );
+
+    pdbs.delete("db", &DeleteParams::default())
+        .await
+        .expect("delete pdb");
+    wait_for(
+        "the NodeClaim to go once the pod is evicted",
+        WAIT,
+        || async {
+            nodeclaims(&s.client)
+                .get_opt(&claim)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(s.sim.terminated().len(), 1, "the instance is terminated");
+    assert!(
+        nodes.get_opt(&node).await.expect("get").is_none(),
+        "the Node is deleted"
+    );
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_node_is_consolidated_away() {
+    let _turn = crate::CLUSTER.lock().await;
+    let s = Scene::start(
+        "ip-empty",
+        json!({"disruption": {"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}}),
+        |_| {},
+    )
+    .await;
+    s.pod("batch-0", "500m", json!({})).await;
+    s.running("batch-0").await;
+    let claim = s.claims().await.remove(0).name_any();
+    s.pods()
+        .delete("batch-0", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    wait_for("the empty node's NodeClaim to go", WAIT, || async {
+        s.claims().await.is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(s.sim.terminated().len(), 1);
+    let why = s.events(&claim, "Disrupting").await;
+    assert!(why.iter().any(|m| m.starts_with("Empty")), "{why:?}");
+    let counted = s.metrics.encode().lines().any(|l| {
+        l.contains("disruption_commands") && l.contains("reason=\"Empty\"") && !l.ends_with(" 0")
+    });
+    assert!(counted, "the command is counted in disruption_commands");
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spot_interruption_replaces_the_node_and_avoids_that_capacity() {
+    let _turn = crate::CLUSTER.lock().await;
+    let s = Scene::start(
+        "ip-spot",
+        json!({"template": {"spec": {"requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        ]}}}),
+        |_| {},
+    )
+    .await;
+    s.pod("worker-0", "1", json!({})).await;
+    let first_node = s.running("worker-0").await;
+    let first = s.sim.instances().remove(0).launched;
+    assert_eq!(first.capacity_type, CapacityType::Spot);
+    let id = first
+        .provider_id
+        .rsplit('/')
+        .next()
+        .expect("instance id")
+        .to_string();
+    s.queue.send(
+        &json!({
+            "source": "aws.ec2",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "detail": {"instance-id": id, "instance-action": "terminate"},
+        })
+        .to_string(),
+    );
+    // The pod moves to a replacement of another offering; the interrupted one goes.
+    wait_for("the pod on a replacement node", WAIT, || async {
+        let p = s.pods().get("worker-0").await.ok();
+        let on = p.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
+        let running = p
+            .as_ref()
+            .and_then(|p| p.status.as_ref()?.phase.clone())
+            .as_deref()
+            == Some("Running");
+        if on.as_deref().is_some_and(|n| n != first_node) && running {
+            return Some(());
+        }
+        // A deleted pod is not recreated without a controller of its own: make it again.
+        if p.is_none() {
+            s.pod("worker-0", "1", json!({})).await;
+        }
+        None
+    })
+    .await;
+    wait_for(
+        "the interrupted instance to be terminated",
+        WAIT,
+        || async {
+            s.sim
+                .terminated()
+                .contains(&first.provider_id)
+                .then_some(())
+        },
+    )
+    .await;
+    let replacement = s
+        .sim
+        .instances()
+        .into_iter()
+        .find(|i| i.state == InstanceState::Live)
+        .expect("a replacement")
+        .launched;
+    assert_ne!(
+        (replacement.instance_type.clone(), replacement.zone.clone()),
+        (first.instance_type.clone(), first.zone.clone()),
+        "the interrupted spot offering is not bought again right away"
+    );
+    assert_eq!(s.queue.pending(), 0, "the message is acknowledged");
+    s.finish().await;
+}

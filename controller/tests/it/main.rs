@@ -1,0 +1,21 @@
+//! The controller's integration tests, one binary (as cargo and ripgrep do): a module per
+//! area. The pure core's case and property tests run anywhere; `nodeclass` and `controllers`
+//! need the test environment (`tests/env/up.sh`), as `tests/run.sh` starts it.
+
+mod controllers;
+mod crds;
+mod disruption_cases;
+mod layers;
+mod nodeclass;
+mod solver_cases;
+mod solver_properties;
+mod validation;
+
+// The CLI's test support for the environment, shared rather than copied.
+#[path = "../../../tests/support/testenv.rs"]
+#[allow(dead_code)]
+mod testenv;
+
+/// The tests that run controllers against the shared API server take turns: a controller
+/// acts on every object of its kinds, whoever made them.
+pub static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
