@@ -95,6 +95,11 @@ pub async fn controller_token(admin: &kube::Client, seconds: i64) -> String {
     .expect("a token")
 }
 
+/// Tests that use the shared environment take turns: controllers act on every object of
+/// their kinds, the gap layer's call log and the API server's audit log are global, and the
+/// world fixture resets the AWS server. Tests without the environment run beside them.
+pub static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A name unique to this test run, so tests can share the environment.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()

@@ -385,7 +385,7 @@ async fn join_nodes(client: kube::Client, sim: Arc<SimCloud>, scene: String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pending_pods_get_the_cheapest_instance_a_registered_node_and_run() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let s = Scene::start("ip-provision", json!({}), |_| {}).await;
     s.pod("web-0", "1500m", json!({})).await;
     let node = s.running("web-0").await;
@@ -455,7 +455,7 @@ async fn pending_pods_get_the_cheapest_instance_a_registered_node_and_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_launch_is_reported_on_the_nodeclaim_and_retried() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let s = Scene::start("ip-launchfail", json!({}), |_| {}).await;
     s.sim.fail_next_launches([CloudError::Api {
         service: "ec2",
@@ -478,7 +478,7 @@ async fn a_failed_launch_is_reported_on_the_nodeclaim_and_retried() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn insufficient_capacity_falls_back_to_the_next_cheapest_offering() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     // Every zone of the cheapest type is short: the launch must move to another type.
     let s = Scene::start(
         "ip-ice",
@@ -524,7 +524,7 @@ async fn insufficient_capacity_falls_back_to_the_next_cheapest_offering() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_never_registers_is_given_up_and_its_instance_terminated() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let s = Scene::start("ip-noreg", json!({}), |s| {
         s.registration_timeout = Duration::from_secs(3)
     })
@@ -568,7 +568,7 @@ async fn a_node_that_never_registers_is_given_up_and_its_instance_terminated() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_waits_for_a_pod_disruption_budget_and_then_terminates() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let s = Scene::start("ip-drain", json!({}), |_| {}).await;
     s.pod("db-0", "500m", json!({"app": "db"})).await;
     let node = s.running("db-0").await;
@@ -631,7 +631,7 @@ async fn a_drain_waits_for_a_pod_disruption_budget_and_then_terminates() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_node_is_consolidated_away() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let s = Scene::start(
         "ip-empty",
         json!({"disruption": {"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}}),
@@ -661,7 +661,7 @@ async fn an_empty_node_is_consolidated_away() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spot_interruption_replaces_the_node_and_avoids_that_capacity() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let s = Scene::start(
         "ip-spot",
         json!({"template": {"spec": {"requirements": [

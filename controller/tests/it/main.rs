@@ -15,7 +15,3 @@ mod validation;
 #[path = "../../../tests/support/testenv.rs"]
 #[allow(dead_code)]
 mod testenv;
-
-/// The tests that run controllers against the shared API server take turns: a controller
-/// acts on every object of its kinds, whoever made them.
-pub static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

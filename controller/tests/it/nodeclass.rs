@@ -205,7 +205,7 @@ async fn setup(prefix: &str) -> (Value, String, kube::Client, String) {
 
 #[tokio::test]
 async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_up() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let (world, cluster, client, lease_ns) = setup("ctl-class").await;
     let (ec2, iam, subnets) = prepare_aws(&world).await;
     let _controller = Controller::start(&cluster, &lease_ns, &testenv::unique("ctl"), 28180);
@@ -317,7 +317,7 @@ async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_
 
 #[tokio::test]
 async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let (_, cluster, client, lease_ns) = setup("ctl-leader").await;
     let first = Controller::start(&cluster, &lease_ns, "replica-a", 28190);
     testenv::wait_for("replica-a to lead", Duration::from_secs(30), || async {
@@ -372,7 +372,7 @@ async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
 
 #[tokio::test]
 async fn orphan_instances_are_terminated_and_nodeclaims_without_instances_deleted() {
-    let _turn = crate::CLUSTER.lock().await;
+    let _turn = crate::testenv::TURN.lock().await;
     let (world, cluster, client, lease_ns) = setup("ctl-gc").await;
     let config = testenv::aws().await;
     let ec2 = aws_sdk_ec2::Client::new(&config);

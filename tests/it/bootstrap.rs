@@ -3,21 +3,16 @@
 //! subnets, security groups, EKS cluster) so they never see each other's resources; they take
 //! turns because the gap layer's call log and faults are global.
 
-mod support;
-
 use std::time::Instant;
 
+use crate::support::testenv::{self, clear_calls, gap, mutating_calls};
+use crate::support::world::{ownership_tags_present, Setup, KEY};
+use crate::support::Run;
 use serde_json::{json, Value};
-use support::testenv::{self, clear_calls, gap, mutating_calls};
-use support::world::{ownership_tags_present, Setup, KEY};
-use support::Run;
-use tokio::sync::Mutex;
-
-static TURN: Mutex<()> = Mutex::const_new(());
 
 #[tokio::test]
 async fn apply_creates_every_resource_and_a_second_apply_makes_no_mutating_call() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-apply", "identity: pod-identity").await;
 
     clear_calls();
@@ -223,7 +218,7 @@ async fn apply_creates_every_resource_and_a_second_apply_makes_no_mutating_call(
 
 #[tokio::test]
 async fn every_drift_case_is_detected_by_name_and_repaired_by_apply() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-drift", "").await;
     s.apply();
     s.in_sync();
@@ -386,7 +381,7 @@ async fn every_drift_case_is_detected_by_name_and_repaired_by_apply() {
 /// before it happened, none after), then re-runs: the re-run converges, with no duplicates.
 #[tokio::test]
 async fn an_apply_interrupted_at_any_mutating_call_converges_on_the_next_run() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let reference = Setup::new("bs-crash", "").await;
     clear_calls();
     reference.apply();
@@ -456,7 +451,7 @@ async fn an_apply_interrupted_at_any_mutating_call_converges_on_the_next_run() {
 
 #[tokio::test]
 async fn apply_converges_while_every_service_throttles() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-throttle", "").await;
     clear_calls();
     gap(
@@ -494,7 +489,7 @@ fn calls_of(operation: &str) -> usize {
 
 #[tokio::test]
 async fn apply_waits_for_iam_to_propagate_new_roles_and_fails_at_once_on_a_real_refusal() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-propagation", "").await;
 
     // A refusal that waiting cannot cure is reported at once, after a single attempt.
@@ -547,7 +542,7 @@ async fn apply_waits_for_iam_to_propagate_new_roles_and_fails_at_once_on_a_real_
 
 #[tokio::test]
 async fn teardown_removes_what_jointer_made_and_keeps_tags_that_were_there() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-teardown", "").await;
     // Before jointer: one private subnet already carries the discovery tag.
     let pre_tagged = s.private_subnets()[0].clone();
@@ -660,7 +655,7 @@ async fn teardown_removes_what_jointer_made_and_keeps_tags_that_were_there() {
 
 #[tokio::test]
 async fn a_name_taken_by_something_jointer_does_not_own_stops_the_run_unless_adopted() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-adopt", "").await;
     s.iam
         .create_role()
@@ -702,7 +697,7 @@ fn refused_before_any_write(run: &Run, needles: &[&str]) {
 
 #[tokio::test]
 async fn bad_input_is_refused_before_any_write() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-bad", "").await;
     let write = |config: &str| s.ws.write("jointer.yaml", config);
     let cluster = s.cluster.clone();
@@ -818,7 +813,7 @@ async fn bad_input_is_refused_before_any_write() {
 
 #[tokio::test]
 async fn irsa_trusts_the_clusters_oidc_provider_and_creates_it_when_missing() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-irsa", "identity: irsa").await;
     let provider = s.world["cluster"]["oidcProviderArn"]
         .as_str()
@@ -886,7 +881,7 @@ async fn config_map_clusters_get_a_merged_aws_auth_mapping() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, PostParams};
 
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bs-awsauth", "").await;
     gap(
         "POST",

@@ -6,27 +6,28 @@
 //! world, so these tests take turns and tear their world down (with the controller running,
 //! which is how teardown drains real NodeClaims).
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::support::controller::Controller;
+use crate::support::testenv::{self, gap, wait_for};
+use crate::support::world::{Setup, KEY};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::controller::Controller;
-use support::testenv::{self, gap, wait_for};
-use support::world::{Setup, KEY};
-use tokio::sync::Mutex;
 
-static TURN: Mutex<()> = Mutex::const_new(());
 const WORLD_LABEL: &str = "jointer.dev/world";
 
-fn dynamic(client: &kube::Client, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+pub(crate) fn dynamic(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &kube::core::GroupVersionKind::gvk(group, "v1", kind),
         plural,
@@ -34,13 +35,13 @@ fn dynamic(client: &kube::Client, group: &str, kind: &str, plural: &str) -> Api<
     Api::all_with(client.clone(), &resource)
 }
 
-fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
+pub(crate) fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
     dynamic(client, "karpenter.sh", "NodeClaim", "nodeclaims")
 }
 
 /// The world's EC2NodeClass and NodePools: `general` (on-demand, m5/c5/r5, a label only this
 /// world's nodes carry) and `spot` (spot or on-demand, tainted, preferred by weight).
-fn write_templates(s: &Setup, general_extra: &str) {
+pub(crate) fn write_templates(s: &Setup, general_extra: &str) {
     let class = format!(
         "apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
@@ -116,7 +117,7 @@ async fn namespace(client: &kube::Client, name: &str) {
 }
 
 /// A Deployment of `replicas` pods of `cpu` each, that only this world's nodes can take.
-fn deployment(
+pub(crate) fn deployment(
     name: &str,
     cluster: &str,
     replicas: i32,
@@ -154,7 +155,7 @@ fn do_not_disrupt(mut d: Deployment) -> Deployment {
     d
 }
 
-fn running(pods: &[Pod]) -> usize {
+pub(crate) fn running(pods: &[Pod]) -> usize {
     pods.iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .count()
@@ -241,7 +242,7 @@ fn requirement_values(claim: &DynamicObject, key: &str) -> Vec<String> {
         .collect()
 }
 
-fn condition(obj: &DynamicObject, kind: &str) -> bool {
+pub(crate) fn condition(obj: &DynamicObject, kind: &str) -> bool {
     obj.data["status"]["conditions"]
         .as_array()
         .into_iter()
@@ -273,16 +274,16 @@ impl Drop for TeardownOnPanic<'_> {
 /// A test's world after `jointer apply`: the controller running against it and the world's
 /// namespace for workloads. A failing test tears the world down while the controller still
 /// runs (so its NodeClaims drain); a passing one calls [`Scene::end`].
-struct Scene<'a> {
+pub(crate) struct Scene<'a> {
     // Dropped first: the teardown on failure needs the controller.
     _cleanup: TeardownOnPanic<'a>,
-    controller: Controller,
+    pub(crate) controller: Controller,
     admin: kube::Client,
-    ns: String,
+    pub(crate) ns: String,
 }
 
 impl<'a> Scene<'a> {
-    async fn start(s: &'a Setup, admin: &kube::Client, port: u16) -> Scene<'a> {
+    pub(crate) async fn start(s: &'a Setup, admin: &kube::Client, port: u16) -> Scene<'a> {
         Scene::start_as(s, admin, port, None).await
     }
 
@@ -305,7 +306,7 @@ impl<'a> Scene<'a> {
     }
 
     /// Tears the world down with the controller running, then removes the namespace.
-    async fn end(self) {
+    pub(crate) async fn end(self) {
         teardown(self._cleanup.0);
         let _ = Api::<Namespace>::all(self.admin.clone())
             .delete(&self.ns, &DeleteParams::default())
@@ -320,7 +321,7 @@ fn teardown(s: &Setup) {
 
 #[tokio::test]
 async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places_the_pods() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("prov-up", "templates: { dir: nodes }").await;
     write_templates(&s, "");
     s.apply();
@@ -625,7 +626,7 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
 
 #[tokio::test]
 async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("prov-lim", "templates: { dir: nodes }").await;
     write_templates(&s, "  limits: { cpu: 4 }\n");
     s.apply();
@@ -818,7 +819,7 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
 
 #[tokio::test]
 async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("prov-ice", "templates: { dir: nodes }").await;
     write_templates(&s, "");
     s.apply();
@@ -870,7 +871,7 @@ async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() 
 
 #[tokio::test]
 async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collected() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("prov-crash", "templates: { dir: nodes }").await;
     write_templates(&s, "");
     s.apply();
@@ -1010,253 +1011,6 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         .await;
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-/// The figures of the closing note, measured on the test environment (not a pass/fail test:
-/// `cargo test --workspace --test provisioning figures -- --ignored --nocapture`): pending →
-/// NodeClaim and pending → Running (p50/p95), RSS idle and with 1,000 pending pods, AWS calls
-/// per provisioned node.
-#[tokio::test]
-#[ignore = "a benchmark harness: prints figures, run it on purpose"]
-async fn figures() {
-    let _turn = TURN.lock().await;
-    let s = Setup::new("prov-fig", "templates: { dir: nodes }").await;
-    write_templates(&s, "");
-    s.apply();
-    let admin = testenv::kube().await;
-    let scene = Scene::start(&s, &admin, 28230).await;
-    let (controller, ns) = (&scene.controller, &scene.ns);
-    let classes = dynamic(
-        &admin,
-        "karpenter.k8s.aws",
-        "EC2NodeClass",
-        "ec2nodeclasses",
-    );
-    wait_for(
-        "the EC2NodeClass to be Ready",
-        Duration::from_secs(60),
-        || async {
-            condition(&classes.get_opt(&s.cluster).await.ok().flatten()?, "Ready").then_some(())
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let idle_rss = controller.rss_kib().unwrap_or(0);
-
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    let claims_api = nodeclaims(&admin);
-    let replicas = 40;
-    testenv::clear_calls();
-    let t0 = Instant::now();
-    deployments
-        .create(
-            &PostParams::default(),
-            &deployment("web", &s.cluster, replicas, "1", json!({})),
-        )
-        .await
-        .expect("web");
-    // Poll every 100 ms: when each pod was first seen unschedulable and Running, when each
-    // NodeClaim was first seen.
-    let mut unschedulable_at: BTreeMap<String, f64> = BTreeMap::new();
-    let mut running_at: BTreeMap<String, f64> = BTreeMap::new();
-    let mut claim_seen: BTreeMap<String, f64> = BTreeMap::new();
-    while running_at.len() < replicas as usize && t0.elapsed() < Duration::from_secs(300) {
-        let now = t0.elapsed().as_secs_f64();
-        for p in pods.list(&ListParams::default()).await.expect("pods").items {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let status = p.status.clone().unwrap_or_default();
-            let unsched = status
-                .conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "PodScheduled" && c.status == "False");
-            if unsched {
-                unschedulable_at.entry(name.clone()).or_insert(now);
-            }
-            if status.phase.as_deref() == Some("Running") {
-                running_at.entry(name).or_insert(now);
-            }
-        }
-        for c in claims_api
-            .list(&ListParams::default())
-            .await
-            .expect("claims")
-            .items
-        {
-            claim_seen
-                .entry(c.metadata.name.clone().unwrap_or_default())
-                .or_insert(now);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let calls = testenv::calls();
-    let scale_up = t0.elapsed();
-    let claims = claims_api
-        .list(&ListParams::default())
-        .await
-        .expect("claims")
-        .items;
-    let claim_of_node: BTreeMap<String, String> = claims
-        .iter()
-        .filter_map(|c| {
-            Some((
-                c.data["status"]["nodeName"].as_str()?.to_string(),
-                c.metadata.name.clone()?,
-            ))
-        })
-        .collect();
-    let mut to_claim = Vec::new();
-    let mut to_running = Vec::new();
-    for p in pods.list(&ListParams::default()).await.expect("pods").items {
-        let name = p.metadata.name.clone().unwrap_or_default();
-        let Some(&start) = unschedulable_at.get(&name) else {
-            continue;
-        };
-        if let Some(claim) = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .and_then(|n| claim_of_node.get(n))
-        {
-            if let Some(seen) = claim_seen.get(claim) {
-                to_claim.push((seen - start).max(0.0));
-            }
-        }
-        if let Some(r) = running_at.get(&name) {
-            to_running.push(r - start);
-        }
-    }
-    to_claim.sort_by(f64::total_cmp);
-    to_running.sort_by(f64::total_cmp);
-    let aws_calls = calls.len();
-
-    // Ten pods that may not share a node: ten NodeClaims, for the AWS calls per node.
-    testenv::clear_calls();
-    let before = claims.len();
-    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
-    deployments
-        .create(
-            &PostParams::default(),
-            &deployment("apart", &s.cluster, 10, "100m", apart),
-        )
-        .await
-        .expect("apart");
-    wait_for(
-        "the ten apart pods Running",
-        Duration::from_secs(300),
-        || async {
-            let list = pods
-                .list(&ListParams::default().labels("app=apart"))
-                .await
-                .ok()?
-                .items;
-            (running(&list) == 10).then_some(())
-        },
-    )
-    .await;
-    let apart_calls = testenv::calls();
-    let apart_nodes = claims_api
-        .list(&ListParams::default())
-        .await
-        .expect("claims")
-        .items
-        .len()
-        - before;
-    let mut by_operation: BTreeMap<String, usize> = BTreeMap::new();
-    for c in &apart_calls {
-        *by_operation
-            .entry(c["operation"].as_str().unwrap_or("?").to_string())
-            .or_default() += 1;
-    }
-
-    // 1,000 pods no pool can take: the controller holds and re-solves them.
-    deployments
-        .create(
-            &PostParams::default(),
-            &deployment(
-                "stuck",
-                &s.cluster,
-                1000,
-                "100m",
-                json!({"nodeSelector": {"jointer.dev/never": "true"}}),
-            ),
-        )
-        .await
-        .expect("stuck");
-    let big = wait_for(
-        "a decision over 1,000 pending pods",
-        Duration::from_secs(300),
-        || async {
-            controller
-                .log_events("provisioning decision")
-                .into_iter()
-                .find(|l| l["fields"]["pending"].as_u64() >= Some(1000))
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let busy_rss = controller.rss_kib().unwrap_or(0);
-
-    eprintln!(
-        "FIGURES ({} pods of 1 CPU, node join delay as configured in tests/env/lib.sh)",
-        replicas
-    );
-    eprintln!("  NodeClaims: {}", claims.len());
-    eprintln!(
-        "  pending → NodeClaim created: p50 {:.2} s, p95 {:.2} s (n={})",
-        percentile(&to_claim, 50.0),
-        percentile(&to_claim, 95.0),
-        to_claim.len()
-    );
-    eprintln!(
-        "  pending → Running:           p50 {:.2} s, p95 {:.2} s (n={})",
-        percentile(&to_running, 50.0),
-        percentile(&to_running, 95.0),
-        to_running.len()
-    );
-    eprintln!(
-        "  AWS calls during the scale-up: {aws_calls} ({:.1} per node); all Running after {:.1} s",
-        aws_calls as f64 / claims.len().max(1) as f64,
-        scale_up.as_secs_f64()
-    );
-    eprintln!(
-        "  ten pods with hostname anti-affinity: {apart_nodes} NodeClaims, {} AWS calls ({:.1} per node): {by_operation:?}",
-        apart_calls.len(),
-        apart_calls.len() as f64 / apart_nodes.max(1) as f64
-    );
-    eprintln!(
-        "  controller RSS idle: {:.1} MiB; with 1,000 pending pods: {:.1} MiB",
-        idle_rss as f64 / 1024.0,
-        busy_rss as f64 / 1024.0
-    );
-    eprintln!(
-        "  solve over {} pending pods: {} ms",
-        big["fields"]["pending"], big["fields"]["solve_ms"]
-    );
-
-    deployments
-        .delete("web", &DeleteParams::default())
-        .await
-        .expect("delete");
-    deployments
-        .delete("stuck", &DeleteParams::default())
-        .await
-        .expect("delete");
-    deployments
-        .delete("apart", &DeleteParams::default())
-        .await
-        .expect("delete");
-    scene.end().await;
-}
-
 /// This world's NodeClaims.
 async fn world_claims(client: &kube::Client, cluster: &str) -> Vec<DynamicObject> {
     nodeclaims(client)
@@ -1327,7 +1081,7 @@ fn apart(app: &str) -> Value {
 #[tokio::test]
 async fn the_seed_scale_down_deletes_empty_nodes_and_replaces_an_underutilized_one_with_a_cheaper_one(
 ) {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("dis-down", "templates: { dir: nodes }").await;
     write_templates(&s, "  disruption: { consolidateAfter: 5s }\n");
     s.apply();
@@ -1453,7 +1207,7 @@ async fn the_seed_scale_down_deletes_empty_nodes_and_replaces_an_underutilized_o
 
 #[tokio::test]
 async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_the_node() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("dis-budget", "templates: { dir: nodes }").await;
     // General: nothing may be disrupted. Spot: nodes expire after 40 s.
     write_templates(
@@ -1589,7 +1343,7 @@ async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_th
 
 #[tokio::test]
 async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_deleted() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("dis-int", "templates: { dir: nodes }").await;
     write_templates(&s, "");
     s.apply();
@@ -1751,7 +1505,7 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
 
 #[tokio::test]
 async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("dis-drift", "templates: { dir: nodes }").await;
     write_templates(&s, "");
     s.apply();
@@ -1831,7 +1585,7 @@ async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
 #[tokio::test]
 async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lifted() {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("dis-keep", "templates: { dir: nodes }").await;
     write_templates(&s, "  disruption: { consolidateAfter: 2s }\n");
     s.apply();
@@ -1963,7 +1717,7 @@ async fn do_not_disrupt_and_a_blocking_pdb_keep_an_underutilized_node_until_lift
 
 #[tokio::test]
 async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_grace_period_ends() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("dis-tgp", "templates: { dir: nodes }").await;
     write_templates(&s, "      terminationGracePeriod: 20s\n");
     s.apply();
@@ -2087,7 +1841,7 @@ async fn a_deleted_node_waits_for_a_do_not_disrupt_pod_until_its_termination_gra
 #[tokio::test]
 async fn a_capacity_reservation_is_filled_first_and_then_on_demand_takes_over() {
     use aws_sdk_ec2::types::{CapacityReservationInstancePlatform, InstanceMatchCriteria};
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("prov-reserved", "templates: { dir: nodes }").await;
     let ec2 = aws_sdk_ec2::Client::new(&testenv::aws().await);
     let reservation = ec2

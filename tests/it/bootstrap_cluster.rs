@@ -3,24 +3,19 @@
 //! `apply --wait` and the complete teardown with its sweep. The local API server stands in for
 //! every test world's EKS cluster, so these tests take turns and each leaves it as it found it.
 
-mod support;
-
 use std::time::Instant;
 
+use crate::support::testenv::{
+    self, audit_offset, clear_calls, jointer_kube_requests_since, jointer_kube_writes_since,
+    mutating_calls,
+};
+use crate::support::world::Setup;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
-use support::testenv::{
-    self, audit_offset, clear_calls, jointer_kube_requests_since, jointer_kube_writes_since,
-    mutating_calls,
-};
-use support::world::Setup;
-use tokio::sync::Mutex;
-
-static TURN: Mutex<()> = Mutex::const_new(());
 
 fn nodepools(client: &kube::Client) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
@@ -96,7 +91,7 @@ fn torn_down(s: &Setup) {
 
 #[tokio::test]
 async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_nothing() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-apply", "").await;
     let client = testenv::kube().await;
 
@@ -179,7 +174,7 @@ async fn apply_installs_controller_and_node_objects_and_a_second_apply_writes_no
 
 #[tokio::test]
 async fn an_older_crd_is_drift_and_apply_upgrades_it_in_place_keeping_the_objects() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-crd", "").await;
     let client = testenv::kube().await;
     s.apply();
@@ -240,7 +235,7 @@ async fn an_older_crd_is_drift_and_apply_upgrades_it_in_place_keeping_the_object
 
 #[tokio::test]
 async fn a_pool_dropped_from_the_templates_is_pruned_only_with_yes() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-prune", "templates: { dir: nodes }").await;
     let client = testenv::kube().await;
     let class = format!(
@@ -310,7 +305,7 @@ spec:
 
 #[tokio::test]
 async fn a_pool_edited_by_another_field_manager_is_drift_and_apply_takes_it_back() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-drift", "").await;
     let client = testenv::kube().await;
     s.apply();
@@ -366,7 +361,7 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
         ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
     };
 
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-rbac", "").await;
     s.apply();
     let admin = testenv::kube().await;
@@ -452,7 +447,7 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
 
 #[tokio::test]
 async fn the_helm_path_installs_and_upgrades_the_chart_with_values_from_the_aws_side() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let chart = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/chart/karpenter"
@@ -545,7 +540,7 @@ async fn the_helm_path_installs_and_upgrades_the_chart_with_values_from_the_aws_
 
 #[tokio::test]
 async fn teardown_sweeps_what_the_controller_left_on_aws() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-sweep", "").await;
     s.apply();
     let tags = |pairs: &[(&str, &str)], kind: aws_sdk_ec2::types::ResourceType| {
@@ -690,7 +685,7 @@ async fn teardown_sweeps_what_the_controller_left_on_aws() {
 
 #[tokio::test]
 async fn crds_another_installation_owns_stop_the_run_unless_adopted_and_wait_reports_conditions() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let s = Setup::new("bc-owner", "").await;
     let client = testenv::kube().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -4,17 +4,12 @@
 //! Its own test binary: it resets the shared AWS world (test binaries run one at a time), and
 //! its tests take turns because faults and the call log are global.
 
-mod support;
-
+use crate::support::testenv::{self, gap};
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetType,
     InstanceType, RequestLaunchTemplateData, TargetCapacitySpecificationRequest,
 };
-use support::testenv::{self, gap};
-use tokio::sync::Mutex;
-
-static TURN: Mutex<()> = Mutex::const_new(());
 
 fn world() -> serde_json::Value {
     static RESET: std::sync::Once = std::sync::Once::new();
@@ -33,7 +28,7 @@ fn world() -> serde_json::Value {
 
 #[tokio::test]
 async fn eks_access_entries_pod_identity_addons_and_the_cluster_endpoint() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let cluster = world()["cluster"]["name"]
         .as_str()
         .expect("cluster")
@@ -186,7 +181,7 @@ async fn eks_access_entries_pod_identity_addons_and_the_cluster_endpoint() {
 
 #[tokio::test]
 async fn eks_ami_parameters_resolve_to_images_of_their_architecture() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     world();
     let config = testenv::aws().await;
     let ssm = aws_sdk_ssm::Client::new(&config);
@@ -280,7 +275,7 @@ async fn fleet_of_three(
 
 #[tokio::test]
 async fn create_fleet_launches_the_cheapest_override_and_reports_insufficient_capacity() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     let w = world();
     let config = testenv::aws().await;
     let ec2 = aws_sdk_ec2::Client::new(&config);
@@ -336,7 +331,7 @@ async fn create_fleet_launches_the_cheapest_override_and_reports_insufficient_ca
 
 #[tokio::test]
 async fn faults_are_injected_and_every_call_is_logged() {
-    let _turn = TURN.lock().await;
+    let _turn = testenv::TURN.lock().await;
     world();
     let config = testenv::aws().await;
     let iam = aws_sdk_iam::Client::new(&config);

@@ -2,16 +2,14 @@
 //! that enforces their CEL rules, kube-scheduler and kwok schedule and run pods, and moto
 //! answers the product's AWS clients. Needs `tests/env/up.sh` (tests/run.sh runs it).
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::testenv::{self, unique, wait_for};
 use jointer_controller::api::{EC2NodeClass, NodePool, Validate};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use support::testenv::{self, unique, wait_for};
 
 async fn install_crds(client: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -63,6 +61,7 @@ fn message_of(e: kube::Error) -> String {
 
 #[tokio::test]
 async fn crds_install_and_the_api_server_enforces_the_same_rules_as_offline_validation() {
+    let _turn = testenv::TURN.lock().await;
     let client = testenv::kube().await;
     install_crds(&client).await;
     let pools: Api<NodePool> = Api::all(client.clone());
@@ -156,6 +155,7 @@ async fn crds_install_and_the_api_server_enforces_the_same_rules_as_offline_vali
 
 #[tokio::test]
 async fn a_pending_deployment_runs_once_a_fitting_node_joins() {
+    let _turn = testenv::TURN.lock().await;
     let client = testenv::kube().await;
     let ns = unique("sched");
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -256,6 +256,7 @@ async fn a_pending_deployment_runs_once_a_fitting_node_joins() {
 
 #[tokio::test]
 async fn an_iam_role_and_instance_profile_round_trip() {
+    let _turn = testenv::TURN.lock().await;
     let config = testenv::aws().await;
     let iam = aws_sdk_iam::Client::new(&config);
     let role = unique("KarpenterNodeRole");
@@ -329,6 +330,7 @@ async fn an_iam_role_and_instance_profile_round_trip() {
 
 #[tokio::test]
 async fn a_spot_interruption_warning_reaches_the_queue_through_its_rule() {
+    let _turn = testenv::TURN.lock().await;
     let config = testenv::aws().await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let events = aws_sdk_eventbridge::Client::new(&config);

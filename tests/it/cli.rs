@@ -1,9 +1,7 @@
 //! The commands doing their job: render, lint, convert, init, end to end through the binary.
 
-mod support;
-
+use crate::support::Workspace;
 use jointer_controller::api::{EC2NodeClass, NodePool, Validate};
-use support::Workspace;
 
 fn example() -> String {
     concat!(

@@ -1,9 +1,7 @@
 //! `jointer catalog refresh` against the test environment's Pricing and spot-price fixture,
 //! and `simulate` preferring the cached prices. Needs tests/env/up.sh.
 
-mod support;
-
-use support::{testenv, Workspace};
+use crate::support::{testenv, Workspace};
 
 fn fixture() -> serde_json::Value {
     let text = std::fs::read_to_string(concat!(
@@ -16,6 +14,7 @@ fn fixture() -> serde_json::Value {
 
 #[test]
 fn refreshed_prices_match_the_fixture_and_simulate_uses_them() {
+    let _turn = testenv::TURN.blocking_lock();
     testenv::require();
     let ws = Workspace::new();
     ws.jointer(&["catalog", "refresh", "--region", "us-east-1"])

@@ -1,15 +1,14 @@
 //! The world fixture (tests/env/world.sh): the AWS side of an existing EKS cluster, and a
-//! jointer config for it that the CLI accepts. In its own test binary because it resets the
-//! shared AWS server (test binaries run one after another).
-
-mod support;
+//! jointer config for it that the CLI accepts. It resets the shared AWS server, so it takes
+//! the environment's turn like every test that uses it.
 
 use std::process::Command;
 
-use support::testenv;
+use crate::support::testenv;
 
 #[test]
 fn the_world_fixture_builds_a_cluster_and_a_config_jointer_accepts() {
+    let _turn = testenv::TURN.blocking_lock();
     testenv::require();
     let root = env!("CARGO_MANIFEST_DIR");
     let status = Command::new(format!("{root}/tests/env/world.sh"))

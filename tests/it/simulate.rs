@@ -1,15 +1,13 @@
 //! `jointer simulate` end to end through the binary: the bundled example, the seed's
 //! experiment, user catalogs, and bad input.
 
-mod support;
-
-use support::Workspace;
+use crate::support::Workspace;
 
 fn repo(rel: &str) -> String {
     format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn json(run: &support::Run) -> serde_json::Value {
+fn json(run: &crate::support::Run) -> serde_json::Value {
     serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", run.stdout))
 }
 

@@ -1,9 +1,7 @@
 //! Bad input to every command: exit code 1, a message that names the file, line and field and
 //! says what would be valid, no panic, and nothing written (empty stdout, files untouched).
 
-mod support;
-
-use support::Workspace;
+use crate::support::Workspace;
 
 const CONFIG: &str = "cluster: { name: demo, region: us-east-1 }\n";
 

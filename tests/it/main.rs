@@ -1,0 +1,19 @@
+//! The CLI's integration tests, one binary with a module per area (as cargo and ripgrep do:
+//! one link of the AWS SDK instead of one per file). Tests that use the test environment
+//! (`tests/env/up.sh`, which `tests/run.sh` starts) take `support::testenv::TURN`; the rest
+//! run beside them.
+
+mod bootstrap;
+mod bootstrap_cluster;
+mod cli;
+mod cli_bad_input;
+mod figures;
+mod provisioning;
+mod simulate;
+mod testenv;
+mod testenv_gap;
+mod testenv_prices;
+mod testenv_world;
+
+#[path = "../support/mod.rs"]
+mod support;
