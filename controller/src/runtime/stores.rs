@@ -1,5 +1,6 @@
 //! Watch-backed caches of the objects the controllers read (pods, nodes, NodeClaims,
-//! NodePools, EC2NodeClasses, DaemonSets): decisions read memory, not the API server.
+//! NodePools, EC2NodeClasses, DaemonSets, PodDisruptionBudgets): decisions read memory, not the
+//! API server.
 
 use std::future::Future;
 

@@ -21,10 +21,6 @@ use crate::core::nodeclass::{
     describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
 };
 
-fn aws_error<E: std::fmt::Display>(what: &str, e: E) -> String {
-    format!("{what} failed: {e}")
-}
-
 /// Selector tags as EC2 filters: a `*` value means "has the key".
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
     tags.iter()
@@ -46,19 +42,14 @@ pub async fn subnets(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedSubne
             (None, Some(tags)) => tag_filters(tags),
             (None, None) => continue,
         };
-        let out = ctx
-            .ec2
-            .describe_subnets()
-            .set_filters(Some(filters))
-            .send()
-            .await;
-        ctx.metrics.call("ec2", "DescribeSubnets", &out);
-        let out = out.map_err(|e| {
-            aws_error(
-                "ec2:DescribeSubnets",
-                aws_sdk_ec2::error::DisplayErrorContext(e),
-            )
-        })?;
+        let out = metered(
+            &ctx.metrics,
+            "ec2",
+            "DescribeSubnets",
+            ctx.ec2.describe_subnets().set_filters(Some(filters)).send(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         for s in out.subnets() {
             if let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) {
                 found.insert(
@@ -92,19 +83,17 @@ pub async fn security_groups(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<Resol
             (None, None, Some(tags)) => tag_filters(tags),
             (None, None, None) => continue,
         };
-        let out = ctx
-            .ec2
-            .describe_security_groups()
-            .set_filters(Some(filters))
-            .send()
-            .await;
-        ctx.metrics.call("ec2", "DescribeSecurityGroups", &out);
-        let out = out.map_err(|e| {
-            aws_error(
-                "ec2:DescribeSecurityGroups",
-                aws_sdk_ec2::error::DisplayErrorContext(e),
-            )
-        })?;
+        let out = metered(
+            &ctx.metrics,
+            "ec2",
+            "DescribeSecurityGroups",
+            ctx.ec2
+                .describe_security_groups()
+                .set_filters(Some(filters))
+                .send(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         for g in out.security_groups() {
             if let Some(id) = g.group_id() {
                 found.insert(
@@ -148,24 +137,17 @@ pub async fn capacity_reservations(
             filters.push(Filter::builder().name("owner-id").values(owner).build());
         }
         let request = request.set_filters(Some(filters));
-        let out = request.send().await;
-        ctx.metrics
-            .call("ec2", "DescribeCapacityReservations", &out);
+        let out = metered(
+            &ctx.metrics,
+            "ec2",
+            "DescribeCapacityReservations",
+            request.send(),
+        )
+        .await;
         let out = match out {
             Ok(out) => out,
-            Err(e)
-                if e.as_service_error()
-                    .and_then(|s| aws_sdk_ec2::error::ProvideErrorMetadata::code(s))
-                    == Some("InvalidCapacityReservationId.NotFound") =>
-            {
-                continue
-            }
-            Err(e) => {
-                return Err(aws_error(
-                    "ec2:DescribeCapacityReservations",
-                    aws_sdk_ec2::error::DisplayErrorContext(e),
-                ))
-            }
+            Err(e) if e.is(&["InvalidCapacityReservationId.NotFound"]) => continue,
+            Err(e) => return Err(e.to_string()),
         };
         for r in out.capacity_reservations() {
             let (Some(id), Some(zone), Some(itype)) = (
@@ -229,8 +211,13 @@ async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
                 k = ctx.kubernetes_version
             )
         };
-        let got = ctx.ssm.get_parameter().name(&name).send().await;
-        ctx.metrics.call("ssm", "GetParameter", &got);
+        let got = metered(
+            &ctx.metrics,
+            "ssm",
+            "GetParameter",
+            ctx.ssm.get_parameter().name(&name).send(),
+        )
+        .await;
         match got {
             Ok(p) => {
                 if let Some(id) = p.parameter().and_then(|p| p.value()) {
@@ -241,12 +228,7 @@ async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
                     });
                 }
             }
-            Err(e) => {
-                return Err(format!(
-                    "alias {alias}: SSM parameter {name}: {}",
-                    aws_sdk_ssm::error::DisplayErrorContext(e)
-                ))
-            }
+            Err(e) => return Err(format!("alias {alias}: SSM parameter {name}: {e}")),
         }
     }
     Ok(out)
@@ -273,14 +255,14 @@ pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
         if let Some(owner) = &term.owner {
             request = request.owners(owner);
         }
-        let out = request.set_filters(Some(filters)).send().await;
-        ctx.metrics.call("ec2", "DescribeImages", &out);
-        let out = out.map_err(|e| {
-            aws_error(
-                "ec2:DescribeImages",
-                aws_sdk_ec2::error::DisplayErrorContext(e),
-            )
-        })?;
+        let out = metered(
+            &ctx.metrics,
+            "ec2",
+            "DescribeImages",
+            request.set_filters(Some(filters)).send(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         for image in out.images() {
             let arch = match image.architecture().map(|a| a.as_str()) {
                 Some("arm64") => "arm64",
@@ -325,30 +307,28 @@ pub fn profile_path(ctx: &Ctx, uid: &str) -> String {
 
 pub async fn instance_profile(ctx: &Ctx, class: &EC2NodeClass) -> Found<String> {
     let iam = &ctx.iam;
+    let get = |name: &str| {
+        metered(
+            &ctx.metrics,
+            "iam",
+            "GetInstanceProfile",
+            iam.get_instance_profile()
+                .instance_profile_name(name)
+                .send(),
+        )
+    };
     if let Some(name) = &class.spec.instance_profile {
-        let got = iam
-            .get_instance_profile()
-            .instance_profile_name(name)
-            .send()
-            .await;
-        ctx.metrics.call("iam", "GetInstanceProfile", &got);
-        return got
+        return get(name)
+            .await
             .map(|_| name.clone())
             .map_err(|_| format!("instance profile {name} does not exist"));
     }
     let Some(role) = &class.spec.role else {
         return Err("neither spec.role nor spec.instanceProfile is set".into());
     };
-    let class_name = class.metadata.name.clone().unwrap_or_default();
-    let uid = class.metadata.uid.clone().unwrap_or_default();
+    let class_name = class.name_any();
     let name = profile_name(&ctx.cluster.name, &ctx.region, &class_name);
-    let got = iam
-        .get_instance_profile()
-        .instance_profile_name(&name)
-        .send()
-        .await;
-    ctx.metrics.call("iam", "GetInstanceProfile", &got);
-    let roles: Vec<String> = match got {
+    let roles: Vec<String> = match get(&name).await {
         Ok(out) => out
             .instance_profile()
             .map(|p| {
@@ -358,81 +338,75 @@ pub async fn instance_profile(ctx: &Ctx, class: &EC2NodeClass) -> Found<String> 
                     .collect()
             })
             .unwrap_or_default(),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_no_such_entity_exception()) =>
-        {
-            let mut tags = labels::owned_tags(&ctx.cluster.name);
-            tags.insert(labels::REGION.into(), ctx.region.clone());
-            tags.insert(labels::EC2NODECLASS.into(), class_name.clone());
-            let created = iam
-                .create_instance_profile()
-                .instance_profile_name(&name)
-                .path(profile_path(ctx, &uid))
-                .set_tags(Some(
-                    tags.iter()
-                        .filter_map(|(k, v)| {
-                            aws_sdk_iam::types::Tag::builder()
-                                .key(k)
-                                .value(v)
-                                .build()
-                                .ok()
-                        })
-                        .collect(),
-                ))
-                .send()
-                .await;
-            ctx.metrics.call("iam", "CreateInstanceProfile", &created);
-            created.map_err(|e| {
-                aws_error(
-                    "iam:CreateInstanceProfile",
-                    aws_sdk_iam::error::DisplayErrorContext(e),
-                )
-            })?;
+        Err(e) if e.is(codes::NO_SUCH_ENTITY) => {
+            create_profile(ctx, class, &name).await?;
             tracing::info!(instance_profile = %name, role = %role, ec2nodeclass = %class_name, "created instance profile");
             Vec::new()
         }
-        Err(e) => {
-            return Err(aws_error(
-                "iam:GetInstanceProfile",
-                aws_sdk_iam::error::DisplayErrorContext(e),
-            ))
-        }
+        Err(e) => return Err(e.to_string()),
     };
     if roles.iter().any(|r| r == role) {
         return Ok(name);
     }
     // A profile holds one role: swap it when spec.role changed.
     for old in roles {
-        let removed = iam
-            .remove_role_from_instance_profile()
-            .instance_profile_name(&name)
-            .role_name(&old)
-            .send()
-            .await;
-        ctx.metrics
-            .call("iam", "RemoveRoleFromInstanceProfile", &removed);
-        removed.map_err(|e| {
-            aws_error(
-                "iam:RemoveRoleFromInstanceProfile",
-                aws_sdk_iam::error::DisplayErrorContext(e),
-            )
-        })?;
-    }
-    let added = iam
-        .add_role_to_instance_profile()
-        .instance_profile_name(&name)
-        .role_name(role)
-        .send()
-        .await;
-    ctx.metrics.call("iam", "AddRoleToInstanceProfile", &added);
-    added.map_err(|e| {
-        format!(
-            "role {role} cannot be added to instance profile {name}: {}",
-            aws_sdk_iam::error::DisplayErrorContext(e)
+        metered(
+            &ctx.metrics,
+            "iam",
+            "RemoveRoleFromInstanceProfile",
+            iam.remove_role_from_instance_profile()
+                .instance_profile_name(&name)
+                .role_name(&old)
+                .send(),
         )
-    })?;
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    metered(
+        &ctx.metrics,
+        "iam",
+        "AddRoleToInstanceProfile",
+        iam.add_role_to_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(role)
+            .send(),
+    )
+    .await
+    .map_err(|e| format!("role {role} cannot be added to instance profile {name}: {e}"))?;
     Ok(name)
+}
+
+/// The class's instance profile, under its path and with the controller's tags.
+async fn create_profile(ctx: &Ctx, class: &EC2NodeClass, name: &str) -> Found<()> {
+    let class_name = class.name_any();
+    let uid = class.metadata.uid.clone().unwrap_or_default();
+    let mut tags = labels::owned_tags(&ctx.cluster.name);
+    tags.insert(labels::REGION.into(), ctx.region.clone());
+    tags.insert(labels::EC2NODECLASS.into(), class_name);
+    let tags = tags
+        .iter()
+        .filter_map(|(k, v)| {
+            aws_sdk_iam::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+                .ok()
+        })
+        .collect();
+    metered(
+        &ctx.metrics,
+        "iam",
+        "CreateInstanceProfile",
+        ctx.iam
+            .create_instance_profile()
+            .instance_profile_name(name)
+            .path(profile_path(ctx, &uid))
+            .set_tags(Some(tags))
+            .send(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// After the class's NodeClaims are gone: its instance profile (roles first) and the launch
