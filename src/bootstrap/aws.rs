@@ -7,7 +7,7 @@ use aws_sdk_eks::error::ProvideErrorMetadata;
 use aws_sdk_eks::error::SdkError;
 
 use super::policy::Partition;
-use crate::config::Config;
+use crate::input::config::Config;
 
 /// One client per service, all from the standard credential chain with retries set on purpose:
 /// IAM and EventBridge throttle hard during a burst of writes, so a run retries throttled and

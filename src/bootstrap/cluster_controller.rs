@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
 use super::{helm, Change, Context, Goal, Op, Step, StepPlan};
-use crate::config::{Identity, Install};
+use crate::input::config::{Identity, Install};
 
 const TEMPLATES: [(&str, &str); 4] = [
     (

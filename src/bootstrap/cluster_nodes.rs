@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
 use super::{Change, Context, Goal, Op, Step, StepPlan};
-use crate::explain::all;
+use crate::commands::explain::all;
 
 pub const NODEPOOL_API: &str = "karpenter.sh/v1";
 pub const NODECLASS_API: &str = "karpenter.k8s.aws/v1";
@@ -143,11 +143,11 @@ fn foreign_role(ctx: &Context, object: &Value) -> Option<String> {
 fn controller_deployment(ctx: &Context) -> Option<(String, String)> {
     let ns = ctx.config.controller.namespace.clone();
     match ctx.config.controller.install {
-        crate::config::Install::Bundled => {
+        crate::input::config::Install::Bundled => {
             Some((ns, super::cluster_controller::DEPLOYMENT.to_string()))
         }
-        crate::config::Install::Helm => Some((ns, super::helm::RELEASE.to_string())),
-        crate::config::Install::None => None,
+        crate::input::config::Install::Helm => Some((ns, super::helm::RELEASE.to_string())),
+        crate::input::config::Install::None => None,
     }
 }
 
@@ -272,10 +272,10 @@ async fn wait_until_gone(
             );
         }
         if report_due {
-            eprintln!(
+            ctx.progress.note(&format!(
                 "  waiting for {what}: {left} ({} s)",
                 started.elapsed().as_secs()
-            );
+            ));
             last_report = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

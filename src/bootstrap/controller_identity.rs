@@ -12,7 +12,7 @@ use super::iam::{self, owned, DesiredRole};
 use super::permissions::{controller_policies, irsa_trust, pod_identity_trust};
 use super::propagation::retry_until_visible;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
-use crate::config::Identity;
+use crate::input::config::Identity;
 
 /// Every policy group there may be, so one no longer wanted (interruption switched off) is
 /// found and removed.
@@ -380,7 +380,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
     match action {
         Action::CreateAssociation { role_arn, tags } => {
             // The controller role was most likely created a moment ago.
-            retry_until_visible(role_arn, || {
+            retry_until_visible(&*ctx.progress, role_arn, || {
                 eks.create_pod_identity_association()
                     .cluster_name(cluster)
                     .namespace(&ctx.config.controller.namespace)
@@ -393,7 +393,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             .map_err(|e| failed("eks:CreatePodIdentityAssociation", e))?;
         }
         Action::UpdateAssociation { id, role_arn } => {
-            retry_until_visible(role_arn, || {
+            retry_until_visible(&*ctx.progress, role_arn, || {
                 eks.update_pod_identity_association()
                     .cluster_name(cluster)
                     .association_id(id)

@@ -12,7 +12,7 @@ use aws_sdk_ec2::types::{Filter, Tag};
 use super::aws::failed;
 use super::ownership::ADDED_TAGS_KEY;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
-use crate::config::Selection;
+use crate::input::config::Selection;
 
 #[derive(Debug, Clone)]
 pub enum Action {

@@ -471,7 +471,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             tags,
         } => {
             // An IRSA trust names an OIDC provider that may have been created a moment ago.
-            retry_until_visible(name, || {
+            retry_until_visible(&*ctx.progress, name, || {
                 iam.create_role()
                     .role_name(name)
                     .assume_role_policy_document(trust)
@@ -491,7 +491,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .map_err(|e| failed(&format!("iam:TagRole {name}"), e))?;
         }
         Action::UpdateTrust { name, trust } => {
-            retry_until_visible(name, || {
+            retry_until_visible(&*ctx.progress, name, || {
                 iam.update_assume_role_policy()
                     .role_name(name)
                     .policy_document(trust)

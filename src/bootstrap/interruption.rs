@@ -614,10 +614,10 @@ async fn create_queue(
                 if code(&e) == Some("AWS.SimpleQueueService.QueueDeletedRecently")
                     && started.elapsed() < QUEUE_DELETED_RECENTLY_WAIT =>
             {
-                eprintln!(
+                ctx.progress.note(&format!(
                     "  waiting for SQS to release the name {name} (deleted less than 60 s ago): {} s so far",
                     started.elapsed().as_secs()
-                );
+                ));
                 tokio::time::sleep(Duration::from_secs(10)).await;
             }
             Err(e) => return Err(failed(&format!("sqs:CreateQueue {name}"), e)),

@@ -13,7 +13,7 @@ use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
 use super::{
     cluster_controller, cluster_crds, cluster_nodes, Change, Context, Goal, Op, Step, StepPlan,
 };
-use crate::config::Install;
+use crate::input::config::Install;
 
 pub const NAME: &str = "jointer-inventory";
 

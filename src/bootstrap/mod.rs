@@ -20,19 +20,20 @@ pub mod ownership;
 pub mod permissions;
 pub mod policy;
 pub mod propagation;
-pub mod report;
 pub mod run;
 pub mod sweep;
 pub mod waits;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::failure::Failure;
+use crate::input::config::Config;
+use crate::progress::Progress;
 use aws::{Clients, Cluster};
 use names::Names;
 
@@ -163,6 +164,46 @@ impl Change {
     }
 }
 
+/// One line of a change, the same in the plan, the progress and errors:
+/// `+ iam role X  attached policy: AmazonEKSWorkerNodePolicy`.
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.op.symbol(), self.resource)?;
+        match (&self.field, &self.detail) {
+            (Some(field), Some(d)) => write!(f, "  {field}: {d}"),
+            (Some(field), None) => write!(f, "  {field}"),
+            (None, Some(d)) => write!(f, "  ({d})"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// Counts of changes by kind.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Counts {
+    pub create: usize,
+    pub update: usize,
+    pub delete: usize,
+}
+
+impl Counts {
+    pub fn of(steps: &[StepPlan]) -> Counts {
+        let mut c = Counts::default();
+        for change in steps.iter().flat_map(|s| &s.changes) {
+            match change.op {
+                Op::Create => c.create += 1,
+                Op::Update => c.update += 1,
+                Op::Delete => c.delete += 1,
+            }
+        }
+        c
+    }
+
+    pub fn total(&self) -> usize {
+        self.create + self.update + self.delete
+    }
+}
+
 /// The calls behind a change, per step.
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -219,6 +260,8 @@ pub struct Inputs {
     /// A kubeconfig context other than the current one.
     pub kube_context: Option<String>,
     pub options: Options,
+    /// Where waits and progress through a plan are reported.
+    pub progress: Box<dyn Progress>,
 }
 
 /// Everything a step needs: the config, the cluster, the clients.
@@ -235,6 +278,7 @@ pub struct Context {
     pub node_objects: Vec<Value>,
     pub spot_allowed: bool,
     pub options: Options,
+    pub progress: Box<dyn Progress>,
 }
 
 impl Context {
@@ -260,6 +304,7 @@ impl Context {
             kinds: Default::default(),
             spot_allowed: inputs.spot_allowed,
             options: inputs.options,
+            progress: inputs.progress,
         })
     }
 
@@ -295,6 +340,50 @@ impl Context {
                 .then(|| self.names.queue.clone()),
         }
     }
+}
+
+/// Which inputs a command renders: teardown, status and explain skip the templates, so a
+/// broken template never keeps anyone from removing what was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Templates {
+    Render,
+    Skip,
+}
+
+/// Reads and validates the config (and the templates, when asked) before any AWS call; then
+/// describes the cluster once and connects to it, on the runtime the command then runs on.
+pub fn open(
+    file: &Path,
+    kube_context: Option<String>,
+    templates: Templates,
+    options: Options,
+    progress: Box<dyn Progress>,
+) -> Result<(tokio::runtime::Runtime, Context), Failure> {
+    let loaded = crate::input::config::load(file)?;
+    let (node_objects, spot_allowed) = match templates {
+        Templates::Render => {
+            let nodes = crate::input::render::node_objects(&loaded)?;
+            let objects = nodes
+                .objects
+                .iter()
+                .map(|o| serde_json::to_value(&o.object))
+                .collect::<Result<Vec<_>, _>>()?;
+            (objects, crate::input::lint::spot_allowed(&nodes))
+        }
+        Templates::Skip => (Vec::new(), false),
+    };
+    let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
+    let inputs = Inputs {
+        config_dir: loaded.base_dir().to_path_buf(),
+        config: loaded.config,
+        node_objects,
+        spot_allowed,
+        kube_context,
+        options,
+        progress,
+    };
+    let ctx = runtime.block_on(Context::connect(inputs))?;
+    Ok((runtime, ctx))
 }
 
 /// The Kubernetes client from the kubeconfig, refused when it points at another cluster than

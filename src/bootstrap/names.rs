@@ -2,7 +2,7 @@
 //! 100-character cluster name is valid in EKS but too long for an IAM role (64) or an SQS
 //! queue (80), so long names are cut and given a short hash that keeps them unique.
 
-use crate::config::Config;
+use crate::input::config::Config;
 
 pub const ROLE_MAX: usize = 64;
 pub const POLICY_MAX: usize = 128;

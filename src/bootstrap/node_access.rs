@@ -14,7 +14,7 @@ use super::aws::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::owned;
 use super::propagation::retry_until_visible;
 use super::{Change, Context, Goal, Op, Step, StepPlan};
-use crate::config::NodeAccess;
+use crate::input::config::NodeAccess;
 
 const ENTRY_TYPE: &str = "EC2_LINUX";
 const AWS_AUTH_NAMESPACE: &str = "kube-system";
@@ -305,7 +305,7 @@ async fn create_entry(
     tags: &BTreeMap<String, String>,
 ) -> Result<()> {
     // The node role may have been created a moment ago.
-    retry_until_visible(principal, || {
+    retry_until_visible(&*ctx.progress, principal, || {
         ctx.aws
             .eks
             .create_access_entry()

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_eks::error::{ProvideErrorMetadata, SdkError};
 
+use crate::progress::Progress;
+
 /// How long a principal may take to become visible before the call's error is reported.
 pub const PROPAGATION_WAIT: Duration = Duration::from_secs(60);
 
@@ -27,8 +29,9 @@ pub fn not_visible_yet(code: &str, message: &str) -> bool {
 }
 
 /// Runs `call` until it succeeds, fails with another error, or the principal it names is still
-/// invisible after [`PROPAGATION_WAIT`]; each wait is said on stderr.
+/// invisible after [`PROPAGATION_WAIT`]; each wait is reported to `progress`.
 pub async fn retry_until_visible<T, E, R, F, Fut>(
+    progress: &dyn Progress,
     principal: &str,
     mut call: F,
 ) -> Result<T, SdkError<E, R>>
@@ -42,10 +45,10 @@ where
     loop {
         match call().await {
             Err(e) if invisible(&e) && started.elapsed() + pause <= PROPAGATION_WAIT => {
-                eprint!(
+                progress.note_inline(&format!(
                     "(IAM has not propagated {principal} yet, retrying in {} s) ",
                     pause.as_secs()
-                );
+                ));
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(8));
             }

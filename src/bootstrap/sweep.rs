@@ -160,11 +160,11 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                         left.join(", ")
                     );
                 }
-                eprintln!(
+                ctx.progress.note(&format!(
                     "  waiting for {} instance(s) to terminate ({} s)",
                     left.len(),
                     started.elapsed().as_secs()
-                );
+                ));
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }

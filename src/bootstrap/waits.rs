@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef};
 use super::{cluster_nodes, Context};
-use crate::config::Install;
+use crate::input::config::Install;
 
 fn deployment_available(d: &Deployment) -> bool {
     d.status
@@ -66,13 +66,16 @@ where
 {
     let started = Instant::now();
     let mut last = Instant::now();
-    eprintln!(
+    ctx.progress.note(&format!(
         "waiting for {what} (timeout {} s)",
         ctx.options.timeout.as_secs()
-    );
+    ));
     loop {
         if done().await? {
-            eprintln!("{what}: done in {:.1} s", started.elapsed().as_secs_f64());
+            ctx.progress.note(&format!(
+                "{what}: done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
             return Ok(());
         }
         if started.elapsed() > ctx.options.timeout {
@@ -82,10 +85,10 @@ where
             );
         }
         if last.elapsed() >= Duration::from_secs(10) {
-            eprintln!(
+            ctx.progress.note(&format!(
                 "  still waiting for {what} ({} s)",
                 started.elapsed().as_secs()
-            );
+            ));
             last = Instant::now();
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -12,9 +12,9 @@ use jointer_controller::api::labels::{
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
-use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::{read_stream, YamlStream};
-use crate::manifest::{read_object, type_of};
+use crate::input::diagnostics::{Diagnostic, InputErrors};
+use crate::input::documents::{read_stream, YamlStream};
+use crate::input::manifest::{read_object, type_of};
 
 /// One change `convert` made, reported on stderr (or in JSON).
 #[derive(Debug, Clone, Serialize)]
@@ -110,7 +110,7 @@ fn convert_annotations(doc: &mut Value, rec: &mut Recorder) {
 
 fn convert_nodepool(
     doc: &mut Value,
-    map: &mut crate::source_map::SourceMap,
+    map: &mut crate::input::source_map::SourceMap,
     index: usize,
     rec: &mut Recorder,
 ) -> Option<(String, Value)> {
@@ -182,7 +182,7 @@ fn convert_nodepool(
 
 fn convert_nodeclass(
     doc: &mut Value,
-    map: &mut crate::source_map::SourceMap,
+    map: &mut crate::input::source_map::SourceMap,
     index: usize,
     rec: &mut Recorder,
 ) -> Result<(), String> {

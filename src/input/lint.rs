@@ -5,10 +5,10 @@ use jointer_controller::api::nodepool::Budget;
 use jointer_controller::api::{NodePool, Operator};
 use kube::ResourceExt;
 
-use crate::config::Config;
-use crate::diagnostics::Diagnostic;
-use crate::manifest::Object;
-use crate::render::NodeObjects;
+use super::config::Config;
+use super::diagnostics::Diagnostic;
+use super::manifest::Object;
+use super::render::NodeObjects;
 
 /// Annotation on a NodePool listing lint rules deliberately waived for it (comma-separated).
 pub const IGNORE_ANNOTATION: &str = "jointer.dev/lint-ignore";

@@ -28,6 +28,20 @@ pub struct Figures {
     pub gap_percent: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub plan_verified: bool,
+    /// The first few problems the checker found in the plan, when it is not verified.
+    #[serde(skip)]
+    pub problems: Vec<String>,
+}
+
+impl Figures {
+    /// A plan the checker rejects fails the run: the figures of a wrong plan mean nothing.
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        if self.plan_verified {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Peak resident memory of this process (Linux `VmHWM`).
@@ -55,9 +69,6 @@ pub fn run(
     let price = plan.price_per_hour();
     let lower = benchmark::lower_bound_per_hour(&problem);
     let problems = jointer_controller::scheduling::checker::check(&problem, &plan);
-    for p in problems.iter().take(5) {
-        eprintln!("plan check: {p}");
-    }
     Ok(Figures {
         profile: match profile {
             Profile::Upstream => "upstream",
@@ -74,28 +85,6 @@ pub fn run(
         gap_percent: lower.filter(|l| *l > 0.0).map(|l| (price - l) / l * 100.0),
         peak_rss_bytes: peak_rss_bytes(),
         plan_verified: problems.is_empty(),
+        problems: problems.into_iter().take(5).collect(),
     })
-}
-
-pub fn print_table(f: &Figures) {
-    println!("profile            {}", f.profile);
-    println!("pods               {}", f.pods);
-    println!("instance types     {}", f.instance_types);
-    println!("nodes              {}", f.nodes);
-    println!("unschedulable      {}", f.unschedulable);
-    println!(
-        "solve              {:.3} s ({:.0} pods/s)",
-        f.solve_seconds, f.pods_per_second
-    );
-    println!("price              ${:.2}/hour", f.price_per_hour);
-    if let (Some(l), Some(g)) = (f.lower_bound_per_hour, f.gap_percent) {
-        println!("lower bound        ${l:.2}/hour (gap {g:.1} %)");
-    }
-    if let Some(rss) = f.peak_rss_bytes {
-        println!("peak memory        {:.1} MB", rss as f64 / 1e6);
-    }
-    println!(
-        "plan verified      {}",
-        if f.plan_verified { "yes" } else { "NO" }
-    );
 }

@@ -8,21 +8,21 @@ use std::path::{Path, PathBuf};
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::json;
 
-use crate::config::{BuiltinTemplates, LoadedConfig};
-use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::read_text;
+use super::config::{BuiltinTemplates, LoadedConfig};
+use super::diagnostics::{Diagnostic, InputErrors};
+use super::documents::read_text;
 
 const DEFAULT_CLASS: (&str, &str) = (
     "default/ec2nodeclass.yaml.j2",
-    include_str!("../templates/nodes/default/ec2nodeclass.yaml.j2"),
+    include_str!("../../templates/nodes/default/ec2nodeclass.yaml.j2"),
 );
 const DEFAULT_POOL: (&str, &str) = (
     "default/nodepool.yaml.j2",
-    include_str!("../templates/nodes/default/nodepool.yaml.j2"),
+    include_str!("../../templates/nodes/default/nodepool.yaml.j2"),
 );
 const SPLIT_POOLS: (&str, &str) = (
     "split/nodepools.yaml.j2",
-    include_str!("../templates/nodes/split/nodepools.yaml.j2"),
+    include_str!("../../templates/nodes/split/nodepools.yaml.j2"),
 );
 
 /// A template's source and where it came from.
@@ -152,6 +152,6 @@ fn template_error(source: &TemplateSource, e: &minijinja::Error) -> Diagnostic {
     };
     let location = e
         .line()
-        .map(|line| crate::source_map::Location { line, column: 1 });
+        .map(|line| super::source_map::Location { line, column: 1 });
     Diagnostic::error(&source.origin, message).at(location)
 }

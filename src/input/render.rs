@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 
-use crate::config::LoadedConfig;
-use crate::diagnostics::InputErrors;
-use crate::documents::YamlStream;
-use crate::manifest::{check_unique, read_objects, Located};
-use crate::node_templates;
-use crate::source_map::SourceMap;
+use super::config::LoadedConfig;
+use super::diagnostics::InputErrors;
+use super::documents::YamlStream;
+use super::manifest::{check_unique, read_objects, Located};
+use super::node_templates;
+use super::source_map::SourceMap;
 
 /// Rendered, validated objects and the source maps of the rendered text they came from.
 pub struct NodeObjects {

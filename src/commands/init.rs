@@ -1,10 +1,10 @@
 //! `jointer init`: writes a commented starter config, never over an existing file.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::config::{check_cluster_name, check_region};
-use crate::diagnostics::{Diagnostic, InputErrors};
+use crate::input::config::{check_cluster_name, check_region};
+use crate::input::diagnostics::{Diagnostic, InputErrors};
 
 pub fn starter(cluster: &str, region: &str) -> String {
     format!(
@@ -51,8 +51,13 @@ templates:
     )
 }
 
+/// `jointer init`: the file written.
+pub struct Initialized {
+    pub file: PathBuf,
+}
+
 /// Writes the starter to `path`; refuses to overwrite and to write an invalid config.
-pub fn init(path: &Path, cluster: &str, region: &str) -> Result<(), InputErrors> {
+pub fn init(path: &Path, cluster: &str, region: &str) -> Result<Initialized, InputErrors> {
     let mut problems = Vec::new();
     if let Err(e) = check_cluster_name(cluster) {
         problems.push(Diagnostic::error("--cluster", e));
@@ -79,5 +84,7 @@ pub fn init(path: &Path, cluster: &str, region: &str) -> Result<(), InputErrors>
         })?;
     file.write_all(starter(cluster, region).as_bytes())
         .map_err(|e| Diagnostic::error(path, format!("cannot write: {e}")))?;
-    Ok(())
+    Ok(Initialized {
+        file: path.to_path_buf(),
+    })
 }

@@ -14,8 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
+use super::explain::{cluster_state, TypesOfClass};
 use crate::bootstrap::Context;
-use crate::explain::{cluster_state, TypesOfClass};
 
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -118,82 +118,6 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
 pub async fn status(ctx: &Context) -> Result<Status> {
     let (snap, types) = cluster_state(ctx).await?;
     Ok(summarize(&snap, &types, Timestamp::now()))
-}
-
-fn gib(bytes: i64) -> String {
-    format!("{:.1}Gi", bytes as f64 / f64::from(1u32 << 30))
-}
-
-pub fn print(s: &Status) {
-    let rows: Vec<[String; 7]> = s
-        .nodepools
-        .iter()
-        .map(|p| {
-            let mut nodes = p.nodes.to_string();
-            if p.disrupting > 0 {
-                nodes = format!("{nodes} ({} going)", p.disrupting);
-            }
-            let mut cost = format!("{:.4}", p.cost_per_hour);
-            if p.unpriced > 0 {
-                cost = format!("{cost} +{} unpriced", p.unpriced);
-            }
-            let allowed = |k: &str| p.disruptable_now.get(k).copied().unwrap_or(0);
-            [
-                p.name.clone(),
-                p.node_class.clone(),
-                nodes,
-                format!("{:.1}", p.cpu),
-                gib(p.memory),
-                cost,
-                format!(
-                    "{}/{}/{}",
-                    allowed("underutilized"),
-                    allowed("empty"),
-                    allowed("drifted")
-                ),
-            ]
-        })
-        .collect();
-    let header = [
-        "NODEPOOL",
-        "EC2NODECLASS",
-        "NODES",
-        "CPU",
-        "MEMORY",
-        "$/HOUR",
-        "DISRUPTABLE NOW (underutilized/empty/drifted)",
-    ]
-    .map(String::from);
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .chain([&header])
-                .map(|r| r[i].len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in [&header].into_iter().chain(&rows) {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        println!("{}", cells.join("  ").trim_end());
-    }
-    println!();
-    for c in &s.node_classes {
-        match &c.message {
-            None => println!("EC2NodeClass {}: Ready", c.name),
-            Some(why) => println!("EC2NodeClass {}: not Ready: {why}", c.name),
-        }
-    }
-    let nodes: usize = s.nodepools.iter().map(|p| p.nodes).sum();
-    println!(
-        "Total: {nodes} node(s), ${:.4}/hour (${:.2}/month)",
-        s.cost_per_hour,
-        s.cost_per_hour * 730.0
-    );
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! `jointer explain pod NAMESPACE/NAME`: why a pod is pending, from the same scheduling core
+//! `jointer explain pod NAMESPACE/NAME` (why a pod is pending) and `jointer explain node NAME`
+//! (why a node is kept rather than consolidated), from the same scheduling and disruption core
 //! and the same cluster objects the controller decides with.
 
 use std::collections::HashMap;
@@ -29,12 +30,47 @@ pub struct Explanation {
     /// The pod (`NAMESPACE/NAME`) or node explained.
     #[serde(rename = "object")]
     pub pod: String,
-    /// Pods: `bound`, `existing-capacity`, `new-nodeclaim` or `unschedulable`; nodes:
-    /// `disruptable`, `kept` or `unmanaged`.
-    pub verdict: &'static str,
+    pub verdict: Verdict,
     pub message: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<PoolReason>,
+}
+
+/// The answer in one word; `unschedulable` is the one `explain` exits 3 for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    /// Pod: already on a node.
+    #[serde(rename = "bound")]
+    Bound,
+    /// Pod: fits on a node or a launching NodeClaim as they are.
+    #[serde(rename = "existing-capacity")]
+    ExistingCapacity,
+    /// Pod: a new node from some NodePool would take it.
+    #[serde(rename = "new-nodeclaim")]
+    NewNodeClaim,
+    /// Pod: no NodePool can launch a node for it.
+    #[serde(rename = "unschedulable")]
+    Unschedulable,
+    /// Node: the disruption core would disrupt it now.
+    #[serde(rename = "disruptable")]
+    Disruptable,
+    /// Node: kept, with the reasons.
+    #[serde(rename = "kept")]
+    Kept,
+    /// Node: not the controller's (no NodeClaim).
+    #[serde(rename = "unmanaged")]
+    Unmanaged,
+}
+
+impl Explanation {
+    /// 3 when no pool can help the pod, so scripts can tell "wait" from "fix something".
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        if self.verdict == Verdict::Unschedulable {
+            std::process::ExitCode::from(3)
+        } else {
+            std::process::ExitCode::SUCCESS
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -112,7 +148,7 @@ async fn controller_settings(ctx: &Context) -> (std::time::Duration, bool) {
 }
 
 /// Why a node is kept (or that it would be disrupted now), from the disruption core.
-pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
+pub async fn node(ctx: &Context, node: &str) -> Result<Explanation> {
     let (snap, types_of_class) = cluster_state(ctx).await?;
     let Some(claim) = snap.nodeclaims.iter().find(|c| {
         c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) || c.name_any() == node
@@ -120,7 +156,7 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
         if snap.nodes.iter().any(|n| n.name_any() == node) {
             return Ok(Explanation {
                 pod: node.to_string(),
-                verdict: "unmanaged",
+                verdict: Verdict::Unmanaged,
                 message: format!(
                     "node {node} has no NodeClaim: jointer-controller does not disrupt it"
                 ),
@@ -150,7 +186,7 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
         };
         return Ok(Explanation {
             pod: node.to_string(),
-            verdict: "disruptable",
+            verdict: Verdict::Disruptable,
             message: format!(
                 "{} now (NodeClaim {name}): {how}, saving ${:.4}/h",
                 c.method.as_str(),
@@ -174,13 +210,14 @@ pub async fn explain_node(ctx: &Context, node: &str) -> Result<Explanation> {
     };
     Ok(Explanation {
         pod: node.to_string(),
-        verdict: "kept",
+        verdict: Verdict::Kept,
         message,
         reasons: vec![],
     })
 }
 
-pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
+/// Why a pod is pending: bound, fits existing capacity, a new NodeClaim, or no pool can help.
+pub async fn pod(ctx: &Context, target: &str) -> Result<Explanation> {
     let Some((namespace, name)) = target
         .split_once('/')
         .filter(|(n, p)| !n.is_empty() && !p.is_empty())
@@ -199,7 +236,7 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
     if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
         return Ok(Explanation {
             pod: shown,
-            verdict: "bound",
+            verdict: Verdict::Bound,
             message: format!("bound to node {node}: nothing to provision"),
             reasons: vec![],
         });
@@ -241,7 +278,7 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
         };
         return Ok(Explanation {
             pod: shown,
-            verdict: "existing-capacity",
+            verdict: Verdict::ExistingCapacity,
             message,
             reasons: vec![],
         });
@@ -261,7 +298,7 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
             .unwrap_or_default();
         return Ok(Explanation {
             pod: shown,
-            verdict: "new-nodeclaim",
+            verdict: Verdict::NewNodeClaim,
             message: format!(
                 "a new node from NodePool {} would take it, cheapest {choice}, with {} other pending pod(s); the controller creates it within its batch window{note}",
                 planned.pool,
@@ -290,16 +327,8 @@ pub async fn explain_pod(ctx: &Context, target: &str) -> Result<Explanation> {
     };
     Ok(Explanation {
         pod: shown,
-        verdict: "unschedulable",
+        verdict: Verdict::Unschedulable,
         message,
         reasons,
     })
-}
-
-pub fn print(e: &Explanation) {
-    let kind = if e.pod.contains('/') { "pod" } else { "node" };
-    println!("{kind} {}: {}", e.pod, e.message);
-    for r in &e.reasons {
-        println!("  NodePool {}: {}", r.nodepool, r.reason);
-    }
 }

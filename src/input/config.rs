@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{de, Deserialize, Deserializer, Serialize};
 
-use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::{is_blank, read_text, YamlStream};
+use super::diagnostics::{Diagnostic, InputErrors};
+use super::documents::{is_blank, read_text, YamlStream};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -6,8 +6,8 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::diagnostics::Diagnostic;
-use crate::source_map::{Location, SourceMap};
+use super::diagnostics::Diagnostic;
+use super::source_map::{Location, SourceMap};
 
 /// Reads a UTF-8 text file, with errors a person can act on.
 pub fn read_text(path: &Path) -> Result<String, Diagnostic> {

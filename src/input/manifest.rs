@@ -5,8 +5,8 @@ use jointer_controller::api::{EC2NodeClass, FieldError, NodePool, Validate};
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::YamlStream;
+use super::diagnostics::{Diagnostic, InputErrors};
+use super::documents::YamlStream;
 
 /// An object `render` and `convert` produce.
 #[derive(Debug, Clone, Serialize)]

@@ -10,9 +10,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::YamlStream;
-use crate::manifest::type_of;
+use super::diagnostics::{Diagnostic, InputErrors};
+use super::documents::YamlStream;
+use super::manifest::type_of;
 
 #[derive(Debug, Default)]
 pub struct Workload {

@@ -14,14 +14,15 @@ use jointer_controller::scheduling::{checker, solve, Plan, Problem};
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::diagnostics::{Diagnostic, InputErrors};
-use crate::documents::{read_stream, read_text, YamlStream};
-use crate::manifest::{check_unique, read_objects, Located, Object};
-use crate::workload::{self, Workload};
-use crate::{config, render};
+use crate::input::diagnostics::{Diagnostic, InputErrors};
+use crate::input::documents::{read_stream, read_text, YamlStream};
+use crate::input::manifest::{check_unique, read_objects, Located, Object};
+use crate::input::workload::{self, Workload};
+use crate::input::{config, render};
+use crate::progress::Progress;
 
-const EXAMPLE_CONFIG: &str = include_str!("../manifests/examples/jointer.yaml");
-const EXAMPLE_WORKLOAD: &str = include_str!("../manifests/examples/workload.yaml");
+const EXAMPLE_CONFIG: &str = include_str!("../../manifests/examples/jointer.yaml");
+const EXAMPLE_WORKLOAD: &str = include_str!("../../manifests/examples/workload.yaml");
 const HOURS_PER_MONTH: f64 = 730.0;
 
 pub struct Args {
@@ -137,7 +138,7 @@ fn read_catalog(path: &Path) -> Result<Vec<UserInstanceType>, InputErrors> {
     let text = read_text(path)?;
     let entries: Vec<UserInstanceType> = serde_json::from_str(&text).map_err(|e| {
         Diagnostic::error(path, format!("invalid catalog: {e}; expected a JSON list of {{name, vcpu, memory_mib, arch, offerings: [{{zone, capacity_type, price}}]}}"))
-            .at(Some(crate::source_map::Location { line: e.line(), column: e.column() }))
+            .at(Some(crate::input::source_map::Location { line: e.line(), column: e.column() }))
     })?;
     if entries.is_empty() {
         return Err(Diagnostic::error(path, "the catalog lists no instance types").into());
@@ -146,7 +147,7 @@ fn read_catalog(path: &Path) -> Result<Vec<UserInstanceType>, InputErrors> {
 }
 
 /// Builds and solves the simulation problem.
-pub fn simulate(args: &Args) -> Result<Report, InputErrors> {
+pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErrors> {
     let (objects, config_region, input) = node_objects(args)?;
     let workload = read_workload(args)?;
     let region = args
@@ -160,7 +161,7 @@ pub fn simulate(args: &Args) -> Result<Report, InputErrors> {
             let catalog = Catalog::embedded()
                 .map_err(|e| Diagnostic::error("embedded catalog", e.to_string()))?;
             let cached = if args.use_cached_prices {
-                crate::prices::load(&region)
+                super::catalog::load(&region, progress)
             } else {
                 None
             };
@@ -281,79 +282,5 @@ fn report(plan: &Plan, input: String, region: String, price_source: &'static str
         total_price_per_month: total * HOURS_PER_MONTH,
         cpu_utilization: ratio(cpu_req, cpu_alloc),
         memory_utilization: ratio(mem_req, mem_alloc),
-    }
-}
-
-/// The human-readable report: one row per NodeClaim, totals, then unschedulable pods.
-pub fn print_table(r: &Report) {
-    println!(
-        "Simulating {} in {} (prices: {})",
-        r.input, r.region, r.price_source
-    );
-    println!();
-    let header = [
-        "NODEPOOL",
-        "INSTANCE TYPE",
-        "ZONE",
-        "CAPACITY",
-        "$/HOUR",
-        "CPU",
-        "MEMORY",
-        "PODS",
-    ];
-    let rows: Vec<[String; 8]> = r
-        .nodeclaims
-        .iter()
-        .map(|n| {
-            let owners: Vec<String> = workload::owners(&n.pods)
-                .into_iter()
-                .map(|(o, c)| format!("{}×{c}", o.rsplit('/').next().unwrap_or(&o)))
-                .collect();
-            [
-                n.nodepool.clone(),
-                n.instance_type.clone(),
-                n.zone.clone(),
-                n.capacity_type.clone(),
-                format!("{:.4}", n.price_per_hour),
-                format!("{}/{}", n.cpu_requested, n.cpu_allocatable),
-                format!("{}/{}", n.memory_requested, n.memory_allocatable),
-                format!("{} ({})", n.pods.len(), owners.join(", ")),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", padded.join("  ").trim_end());
-    };
-    line(&header.map(String::from));
-    for row in &rows {
-        line(row);
-    }
-    println!();
-    println!(
-        "Total: {} node(s) for {} pod(s), ${:.4}/hour (${:.2}/month); requests use {:.0}% of CPU and {:.0}% of memory allocatable.",
-        r.nodes, r.pods_scheduled, r.total_price_per_hour, r.total_price_per_month, r.cpu_utilization * 100.0, r.memory_utilization * 100.0
-    );
-    match r.price_source {
-        "estimated" => println!("Prices are estimates from the embedded catalog's model, not AWS list prices (`jointer catalog refresh` fetches real ones)."),
-        "cached" => println!("Prices come from the cache `jointer catalog refresh` wrote; types it had no price for keep the estimate."),
-        _ => {}
-    }
-    if !r.unschedulable.is_empty() {
-        println!();
-        println!("Unschedulable ({}):", r.unschedulable.len());
-        for u in &r.unschedulable {
-            println!("  {}: {}", u.pod, u.reason);
-        }
     }
 }

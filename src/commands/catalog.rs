@@ -10,6 +10,8 @@ use jointer_controller::catalog::PriceOverrides;
 use jointer_controller::cloud::aws::pricing;
 use serde::{Deserialize, Serialize};
 
+use crate::progress::Progress;
+
 /// A region's cached prices and when they were fetched.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CachedPrices {
@@ -36,33 +38,50 @@ fn cache_file(region: &str) -> Option<PathBuf> {
 
 /// The cached prices for `region`, if any (an unreadable cache is ignored with a warning:
 /// the estimate still works).
-pub fn load(region: &str) -> Option<CachedPrices> {
+pub fn load(region: &str, progress: &dyn Progress) -> Option<CachedPrices> {
     let path = cache_file(region)?;
     let text = std::fs::read_to_string(&path).ok()?;
     match serde_json::from_str(&text) {
         Ok(cached) => Some(cached),
         Err(e) => {
-            eprintln!("warning: ignoring the price cache {}: {e}; run `jointer catalog refresh --region {region}` to rebuild it", path.display());
+            progress.warn(&format!("ignoring the price cache {}: {e}; run `jointer catalog refresh --region {region}` to rebuild it", path.display()));
             None
         }
     }
 }
 
-/// Fetches on-demand and spot prices for `region` and writes the cache; returns the cache.
-pub async fn refresh(region: &str) -> anyhow::Result<(CachedPrices, PathBuf)> {
+/// `jointer catalog refresh`: what was cached, and where.
+pub struct Refreshed {
+    pub region: String,
+    pub cached: CachedPrices,
+    pub path: PathBuf,
+}
+
+impl Refreshed {
+    pub fn spot_prices(&self) -> usize {
+        self.cached.prices.spot.values().map(|z| z.len()).sum()
+    }
+}
+
+/// Fetches on-demand and spot prices for `region` and writes the cache.
+pub async fn refresh(region: &str, progress: &dyn Progress) -> anyhow::Result<Refreshed> {
     let config = jointer_controller::clients::aws_config(Some(region)).await;
     let pricing = pricing::pricing_client(&config);
     let on_demand = pricing::on_demand(&pricing, region, |pages, types| {
-        eprint!("\rfetching on-demand prices: {pages} page(s), {types} types")
+        progress.count(&format!(
+            "fetching on-demand prices: {pages} page(s), {types} types"
+        ))
     })
     .await?;
-    eprintln!();
+    progress.count_done();
     let ec2 = aws_sdk_ec2::Client::new(&config);
     let spot = pricing::spot(&ec2, |pages, pairs| {
-        eprint!("\rfetching spot prices: {pages} page(s), {pairs} type×zone")
+        progress.count(&format!(
+            "fetching spot prices: {pages} page(s), {pairs} type×zone"
+        ))
     })
     .await?;
-    eprintln!();
+    progress.count_done();
     let prices = PriceOverrides { on_demand, spot };
 
     let cached = CachedPrices {
@@ -82,5 +101,9 @@ pub async fn refresh(region: &str) -> anyhow::Result<(CachedPrices, PathBuf)> {
     std::fs::write(&tmp, serde_json::to_vec_pretty(&cached)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-    Ok((cached, path))
+    Ok(Refreshed {
+        region: region.to_string(),
+        cached,
+        path,
+    })
 }
