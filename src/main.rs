@@ -7,6 +7,7 @@
 #![allow(clippy::result_large_err)]
 
 mod bootstrap;
+mod cluster;
 mod commands;
 mod failure;
 mod input;

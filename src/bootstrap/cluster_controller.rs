@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
 use super::{helm, Change, Context, Goal, Op, Step, StepPlan};
-use crate::input::config::{Identity, Install};
+use crate::input::config::Install;
 
 const TEMPLATES: [(&str, &str); 4] = [
     (
@@ -30,16 +30,6 @@ const TEMPLATES: [(&str, &str); 4] = [
     ),
 ];
 
-pub const DEPLOYMENT: &str = "jointer-controller";
-
-/// The IRSA role annotation the service account carries (none with Pod Identity).
-pub fn irsa_role_arn(ctx: &Context) -> String {
-    match ctx.config.identity {
-        Identity::Irsa => ctx.controller_role_arn(),
-        Identity::PodIdentity => String::new(),
-    }
-}
-
 /// The bundle's objects, rendered and labelled.
 pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
     let c = &ctx.config.controller;
@@ -55,7 +45,7 @@ pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
         "replicas": c.replicas,
         "image": format!("{}:{}", c.image.repository, c.image.tag),
         "service_account": c.service_account_name(),
-        "irsa_role_arn": irsa_role_arn(ctx),
+        "irsa_role_arn": ctx.irsa_role_arn().unwrap_or_default(),
         "cluster_name": ctx.cluster.name,
         "cluster_endpoint": ctx.cluster.endpoint,
         "interruption_queue": ctx.scope().queue_name.unwrap_or_default(),

@@ -6,22 +6,17 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use jointer_controller::lifecycle::drain;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::jiff::Timestamp;
+use jointer_controller::api::labels::NODEPOOL;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use kube::ResourceExt;
 use serde_json::Value;
-use std::collections::BTreeSet;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
 use super::{Change, Context, Goal, Op, Step, StepPlan};
-use crate::commands::explain::all;
+use crate::cluster;
 
 pub const NODEPOOL_API: &str = "karpenter.sh/v1";
 pub const NODECLASS_API: &str = "karpenter.k8s.aws/v1";
-const POOL_LABEL: &str = "karpenter.sh/nodepool";
 
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -139,20 +134,8 @@ fn foreign_role(ctx: &Context, object: &Value) -> Option<String> {
     })
 }
 
-/// The Deployment that runs the controller, by install mode.
-fn controller_deployment(ctx: &Context) -> Option<(String, String)> {
-    let ns = ctx.config.controller.namespace.clone();
-    match ctx.config.controller.install {
-        crate::input::config::Install::Bundled => {
-            Some((ns, super::cluster_controller::DEPLOYMENT.to_string()))
-        }
-        crate::input::config::Install::Helm => Some((ns, super::helm::RELEASE.to_string())),
-        crate::input::config::Install::None => None,
-    }
-}
-
 pub async fn controller_available(ctx: &Context) -> Result<bool> {
-    let Some((ns, name)) = controller_deployment(ctx) else {
+    let Some((ns, name)) = cluster::controller_deployment(&ctx.config.controller) else {
         return Ok(true); // installed by someone else: assume it runs
     };
     let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(ctx.kube.clone(), &ns);
@@ -174,7 +157,7 @@ async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
     let Some(api) = kube_objects::api_for(ctx, &r).await? else {
         return Ok(0);
     };
-    let selector = format!("{POOL_LABEL}={pool}");
+    let selector = format!("{NODEPOOL}={pool}");
     Ok(api
         .list(&ListParams::default().labels(&selector))
         .await?
@@ -184,38 +167,12 @@ async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
 
 async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
     let api: Api<Node> = Api::all(ctx.kube.clone());
-    let selector = format!("{POOL_LABEL}={pool}");
+    let selector = format!("{NODEPOOL}={pool}");
     Ok(api
         .list(&ListParams::default().labels(&selector))
         .await?
         .items
         .len())
-}
-
-/// What holds the pool's nodes: pods that will not leave them on their own (do-not-disrupt, or
-/// a PodDisruptionBudget that allows no eviction now).
-async fn holders(ctx: &Context, pool: &str) -> Result<Vec<String>> {
-    let nodes: Api<Node> = Api::all(ctx.kube.clone());
-    let nodes: BTreeSet<String> = nodes
-        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
-        .await?
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect();
-    let on_nodes: Vec<Pod> = all::<Pod>(&ctx.kube)
-        .await?
-        .into_iter()
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| nodes.contains(n))
-        })
-        .map(|p| (*p).clone())
-        .collect();
-    let pdbs = all::<PodDisruptionBudget>(&ctx.kube).await?;
-    Ok(drain::holders(&on_nodes, &pdbs, Timestamp::now()))
 }
 
 async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
@@ -252,7 +209,7 @@ async fn wait_until_gone(
         let timed_out = started.elapsed() > ctx.options.timeout;
         if let Some(pool) = pool.filter(|_| report_due || timed_out) {
             // Only a hint: a user who may not list pods still gets the teardown.
-            let held = holders(ctx, pool).await.unwrap_or_default();
+            let held = cluster::holders(&ctx.kube, pool).await.unwrap_or_default();
             if !held.is_empty() {
                 left = format!(
                     "{left}, held by: {} (a terminationGracePeriod on the NodePool bounds the wait)",

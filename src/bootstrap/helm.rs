@@ -8,8 +8,7 @@ use serde_json::{json, Value};
 
 use super::kube_objects::differences;
 use super::{Change, Context, Goal, Op, StepPlan};
-
-pub const RELEASE: &str = "karpenter";
+use crate::cluster::HELM_RELEASE;
 
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -26,8 +25,7 @@ impl From<Action> for super::Action {
 /// The values jointer sets; the chart's defaults cover the rest.
 pub fn values(ctx: &Context) -> Value {
     let mut sa = json!({ "name": ctx.config.controller.service_account_name() });
-    let role = super::cluster_controller::irsa_role_arn(ctx);
-    if !role.is_empty() {
+    if let Some(role) = ctx.irsa_role_arn() {
         sa["annotations"] = json!({ "eks.amazonaws.com/role-arn": role });
     }
     json!({
@@ -86,7 +84,7 @@ fn release(ctx: &Context) -> Result<Option<Value>> {
         &[
             "list",
             "--filter",
-            &format!("^{RELEASE}$"),
+            &format!("^{HELM_RELEASE}$"),
             "--all",
             "-o",
             "json",
@@ -97,7 +95,10 @@ fn release(ctx: &Context) -> Result<Option<Value>> {
 }
 
 pub async fn plan(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
-    let resource = format!("helm release {}/{RELEASE}", ctx.config.controller.namespace);
+    let resource = format!(
+        "helm release {}/{HELM_RELEASE}",
+        ctx.config.controller.namespace
+    );
     let installed = release(ctx)?;
     let desired = values(ctx);
     match (goal, installed) {
@@ -110,9 +111,11 @@ pub async fn plan(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> 
             .detail(chart_detail(ctx)),
         ),
         (Goal::Converge, Some(release)) => {
-            let current: Value =
-                serde_json::from_str(&run_ok(ctx, &["get", "values", RELEASE, "-o", "json"])?)
-                    .unwrap_or(Value::Null);
+            let current: Value = serde_json::from_str(&run_ok(
+                ctx,
+                &["get", "values", HELM_RELEASE, "-o", "json"],
+            )?)
+            .unwrap_or(Value::Null);
             let mut why = differences(&current, &desired);
             let status = release["status"].as_str().unwrap_or("");
             if status != "deployed" {
@@ -159,14 +162,21 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             let file = values_file(values)?;
             let chart = chart(ctx);
             let path = file.path().display().to_string();
-            let mut args = vec!["upgrade", "--install", RELEASE, &chart, "--values", &path];
+            let mut args = vec![
+                "upgrade",
+                "--install",
+                HELM_RELEASE,
+                &chart,
+                "--values",
+                &path,
+            ];
             if let Some(version) = &ctx.config.controller.helm.version {
                 args.extend(["--version", version]);
             }
             run_ok(ctx, &args)?;
         }
         Action::Uninstall => {
-            run_ok(ctx, &["uninstall", RELEASE, "--wait"])?;
+            run_ok(ctx, &["uninstall", HELM_RELEASE, "--wait"])?;
         }
     }
     Ok(())

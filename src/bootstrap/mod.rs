@@ -32,7 +32,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::failure::Failure;
-use crate::input::config::Config;
+use crate::input::config::{Config, Identity};
 use crate::progress::Progress;
 use aws::{Clients, Cluster};
 use names::Names;
@@ -323,6 +323,24 @@ impl Context {
             self.cluster.account,
             self.names.controller_role
         )
+    }
+
+    /// The role the controller's service account names in its IRSA annotation; none with Pod
+    /// Identity, which associates the role on the EKS side instead.
+    pub fn irsa_role_arn(&self) -> Option<String> {
+        match self.config.identity {
+            Identity::Irsa => Some(self.controller_role_arn()),
+            Identity::PodIdentity => None,
+        }
+    }
+
+    /// The EKS cluster, for the live reads in `cluster`.
+    pub fn eks(&self) -> crate::cluster::Eks<'_> {
+        crate::cluster::Eks {
+            client: &self.aws.eks,
+            region: &self.cluster.region,
+            name: &self.cluster.name,
+        }
     }
 
     /// What the controller policies name.

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef};
 use super::{cluster_nodes, Context};
-use crate::input::config::Install;
+use crate::cluster;
 
 fn deployment_available(d: &Deployment) -> bool {
     d.status
@@ -97,17 +97,12 @@ where
 
 pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
     let c = &ctx.config.controller;
-    let deployment = match c.install {
-        Install::Bundled => Some(super::cluster_controller::DEPLOYMENT),
-        Install::Helm => Some(super::helm::RELEASE),
-        Install::None => None,
-    };
-    if let Some(name) = deployment {
-        let api: Api<Deployment> = Api::namespaced(ctx.kube.clone(), &c.namespace);
-        let what = format!("Deployment {}/{name} to be Available", c.namespace);
+    if let Some((namespace, name)) = cluster::controller_deployment(c) {
+        let api: Api<Deployment> = Api::namespaced(ctx.kube.clone(), &namespace);
+        let what = format!("Deployment {namespace}/{name} to be Available");
         poll(ctx, &what, || async {
             Ok(api
-                .get_opt(name)
+                .get_opt(&name)
                 .await?
                 .is_some_and(|d| deployment_available(&d)))
         })

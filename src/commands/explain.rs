@@ -2,27 +2,17 @@
 //! (why a node is kept rather than consolidated), from the same scheduling and disruption core
 //! and the same cluster objects the controller decides with.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use anyhow::{bail, Context as _, Result};
-use jointer_controller::api::ec2nodeclass::EC2NodeClass;
-use jointer_controller::api::nodeclaim::NodeClaim;
-use jointer_controller::api::NodePool;
-use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
 use jointer_controller::disruption::decide::{decide, Inputs as DecideInputs};
 use jointer_controller::provisioning::snapshot::{self, is_provisionable, Snapshot};
-use jointer_controller::runtime::metrics::Metrics;
 use jointer_controller::scheduling::{solve, PodKey, SchedPod};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::bootstrap::cluster_controller::DEPLOYMENT;
 use crate::bootstrap::Context;
+use crate::cluster::{self, TypesOfClass};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -79,72 +69,9 @@ pub struct PoolReason {
     pub reason: String,
 }
 
-/// Every object of a kind, in all namespaces.
-pub async fn all<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    let api: Api<K> = Api::all(client.clone());
-    Ok(api
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("listing {}", K::plural(&())))?
-        .items
-        .into_iter()
-        .map(Arc::new)
-        .collect())
-}
-
-pub type TypesOfClass = HashMap<String, Vec<Arc<jointer_controller::scheduling::InstanceType>>>;
-
-/// The objects the controller decides from, and the instance types of each Ready class.
-pub async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
-    let snap = Snapshot {
-        pods: all::<Pod>(&ctx.kube).await?,
-        nodes: all::<Node>(&ctx.kube).await?,
-        nodeclaims: all::<NodeClaim>(&ctx.kube).await?,
-        nodepools: all::<NodePool>(&ctx.kube).await?,
-        nodeclasses: all::<EC2NodeClass>(&ctx.kube).await?,
-        daemonsets: all::<DaemonSet>(&ctx.kube).await?,
-        pdbs: all::<PodDisruptionBudget>(&ctx.kube).await?,
-    };
-    let config = jointer_controller::clients::aws_config(Some(&ctx.cluster.region)).await;
-    let cluster = describe_cluster(&ctx.aws.eks, &ctx.cluster.name, None).await?;
-    let cloud = AwsCloud::new(
-        &config,
-        &ctx.cluster.region,
-        cluster,
-        Arc::new(Metrics::new()),
-    )?;
-    let types_of_class = cloud.types_of_ready_classes(&snap.nodeclasses).await?;
-    Ok((snap, types_of_class))
-}
-
-/// The disruption settings the installed controller runs with (its Deployment's env), so
-/// `explain node` agrees with it; the controller's defaults when it runs some other way.
-async fn controller_settings(ctx: &Context) -> (std::time::Duration, bool) {
-    use jointer_controller::runtime::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
-    let deployments: Api<Deployment> =
-        Api::namespaced(ctx.kube.clone(), &ctx.config.controller.namespace);
-    let env: Vec<(String, String)> = match deployments.get_opt(DEPLOYMENT).await {
-        Ok(Some(d)) => d
-            .spec
-            .template
-            .spec
-            .and_then(|p| p.containers.into_iter().next())
-            .and_then(|c| c.env)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|e| Some((e.name, e.value?)))
-            .collect(),
-        _ => Vec::new(),
-    };
-    let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-    let settle = value("DISRUPTION_SETTLE")
-        .and_then(|v| seconds(v).ok())
-        .or_else(|| seconds(DEFAULT_DISRUPTION_SETTLE).ok())
-        .unwrap_or_default();
-    (settle, value("SPOT_TO_SPOT_CONSOLIDATION") == Some("true"))
+/// The live objects and instance types, read the way the controller reads them.
+async fn cluster_state(ctx: &Context) -> Result<(Snapshot, TypesOfClass)> {
+    cluster::cluster_state(&ctx.kube, ctx.eks()).await
 }
 
 /// Why a node is kept (or that it would be disrupted now), from the disruption core.
@@ -166,13 +93,13 @@ pub async fn node(ctx: &Context, node: &str) -> Result<Explanation> {
         bail!("no node or NodeClaim named {node}");
     };
     let name = claim.name_any();
-    let (settle, spot_to_spot) = controller_settings(ctx).await;
+    let settings = cluster::controller_settings(&ctx.kube, &ctx.config.controller).await;
     let decision = decide(&DecideInputs {
         snapshot: &snap,
         types_of_class: &types_of_class,
         now: k8s_openapi::jiff::Timestamp::now(),
-        settle,
-        spot_to_spot,
+        settle: settings.settle,
+        spot_to_spot: settings.spot_to_spot,
     });
     if let Some(c) = decision
         .command

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
+use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodepool::DisruptionReason;
 use jointer_controller::disruption::budget;
 use jointer_controller::disruption::decide::claim_price;
@@ -14,8 +15,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use super::explain::{cluster_state, TypesOfClass};
 use crate::bootstrap::Context;
+use crate::cluster::{cluster_state, TypesOfClass};
 
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -69,7 +70,7 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
         let claims: Vec<_> = snap
             .nodeclaims
             .iter()
-            .filter(|c| c.labels().get("karpenter.sh/nodepool") == Some(&name))
+            .filter(|c| c.labels().get(NODEPOOL) == Some(&name))
             .collect();
         let disrupting = claims
             .iter()
@@ -116,7 +117,7 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
 }
 
 pub async fn status(ctx: &Context) -> Result<Status> {
-    let (snap, types) = cluster_state(ctx).await?;
+    let (snap, types) = cluster_state(&ctx.kube, ctx.eks()).await?;
     Ok(summarize(&snap, &types, Timestamp::now()))
 }
 
