@@ -28,7 +28,7 @@ pub async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepP
 fn needs_explicit_yes(change: &Change) -> bool {
     matches!(
         change.action,
-        super::Action::Nodes(super::cluster_nodes::Action::DeletePool { .. })
+        super::Action::Nodes(super::nodes::Action::DeletePool { .. })
     )
 }
 
@@ -114,7 +114,7 @@ async fn outputs(ctx: &Context) -> Result<Outputs> {
         .filters(filter.clone())
         .send()
         .await
-        .map_err(|e| super::aws::failed("ec2:DescribeSubnets", e))?;
+        .map_err(|e| super::aws::clients::failed("ec2:DescribeSubnets", e))?;
     let groups = ctx
         .aws
         .ec2
@@ -122,7 +122,7 @@ async fn outputs(ctx: &Context) -> Result<Outputs> {
         .filters(filter)
         .send()
         .await
-        .map_err(|e| super::aws::failed("ec2:DescribeSecurityGroups", e))?;
+        .map_err(|e| super::aws::clients::failed("ec2:DescribeSecurityGroups", e))?;
     let scope = ctx.scope();
     Ok(Outputs {
         cluster: ctx.cluster.name.clone(),
@@ -302,7 +302,7 @@ pub async fn apply(ctx: &Context, planned: Planned, yes: Confirm, wait: Wait) ->
         );
     }
     if wait == Wait::UntilReady {
-        super::waits::controller_and_classes(ctx).await?;
+        super::cluster::waits::controller_and_classes(ctx).await?;
     }
     Ok(Applied::Done {
         steps: planned.steps,

@@ -6,8 +6,8 @@ use std::process::Command;
 use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 
-use super::kube_objects::differences;
-use super::{Change, Context, Goal, Op, StepPlan};
+use crate::bootstrap::cluster::kube_objects::differences;
+use crate::bootstrap::{Change, Context, Goal, Op, StepPlan};
 use crate::cluster::HELM_RELEASE;
 
 #[derive(Debug, Clone)]
@@ -16,9 +16,9 @@ pub enum Action {
     Uninstall,
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Helm(a)
+        crate::bootstrap::Action::Helm(a)
     }
 }
 

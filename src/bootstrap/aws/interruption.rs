@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use super::aws::{code, failed, gone_ok};
+use super::clients::{code, failed, gone_ok};
 use super::iam::{adopt_or_refuse, owned};
 use super::policy::{self, Document, Statement};
-use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 
 /// The five rules: (name suffix, event source, detail-type).
 pub const RULES: [(&str, &str, &str); 5] = [
@@ -85,9 +85,9 @@ pub enum Action {
     },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Interruption(a)
+        crate::bootstrap::Action::Interruption(a)
     }
 }
 

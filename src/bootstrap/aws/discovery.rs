@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{bail, Result};
 use aws_sdk_ec2::types::{Filter, Tag};
 
-use super::aws::failed;
+use super::clients::failed;
 use super::ownership::ADDED_TAGS_KEY;
-use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::Selection;
 
 #[derive(Debug, Clone)]
@@ -25,9 +25,9 @@ pub enum Action {
     Untag { id: String, keys: Vec<String> },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Discovery(a)
+        crate::bootstrap::Action::Discovery(a)
     }
 }
 
@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(plan.changes[1].op, Op::Update);
         assert_eq!(plan.changes[1].detail.as_deref(), Some("old → demo"));
         match &plan.changes[0].action {
-            super::super::Action::Discovery(Action::Tag { tags, .. }) => {
+            crate::bootstrap::Action::Discovery(Action::Tag { tags, .. }) => {
                 assert_eq!(tags[KEY], "demo");
                 assert_eq!(tags[ADDED_TAGS_KEY], KEY);
             }

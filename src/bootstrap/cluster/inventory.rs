@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use serde_json::{json, Value};
 
+use super::controller;
+use super::crds;
 use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
-use super::{
-    cluster_controller, cluster_crds, cluster_nodes, Change, Context, Goal, Op, Step, StepPlan,
-};
+use super::nodes;
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::Install;
 
 pub const NAME: &str = "jointer-inventory";
@@ -33,15 +34,15 @@ fn configmap(ctx: &Context, refs: &BTreeSet<ObjectRef>) -> Result<Value> {
 /// Everything the config wants in the cluster.
 fn desired(ctx: &Context) -> Result<BTreeSet<ObjectRef>> {
     let mut refs = BTreeSet::new();
-    for crd in cluster_crds::desired(ctx)? {
+    for crd in crds::desired(ctx)? {
         refs.insert(ObjectRef::of(&crd)?);
     }
     if ctx.config.controller.install == Install::Bundled {
-        for object in cluster_controller::desired(ctx)? {
+        for object in controller::bundle::desired(ctx)? {
             refs.insert(ObjectRef::of(&object)?);
         }
     }
-    refs.extend(cluster_nodes::desired_refs(&ctx.node_objects)?);
+    refs.extend(nodes::desired_refs(&ctx.node_objects)?);
     Ok(refs)
 }
 
@@ -95,7 +96,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         .difference(&desired)
         .cloned()
         .collect();
-    for r in cluster_nodes::labelled(ctx).await? {
+    for r in nodes::labelled(ctx).await? {
         if !desired.contains(&r) {
             stale.insert(r);
         }
@@ -114,10 +115,8 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
             continue;
         }
         if r.kind == "NodePool" || r.kind == "EC2NodeClass" {
-            plan.changes.push(cluster_nodes::delete_change(
-                &r,
-                "no longer in the templates",
-            ));
+            plan.changes
+                .push(nodes::delete_change(&r, "no longer in the templates"));
         } else {
             plan.changes.push(
                 Change::new(

@@ -12,7 +12,7 @@ use kube::discovery::ApiResource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Change, Context, Op};
+use crate::bootstrap::{Change, Context, Op};
 
 pub const FIELD_MANAGER: &str = "jointer";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -319,9 +319,9 @@ pub enum Action {
     Delete { object: ObjectRef },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Kube(a)
+        crate::bootstrap::Action::Kube(a)
     }
 }
 

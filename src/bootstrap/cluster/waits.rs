@@ -9,8 +9,9 @@ use kube::api::Api;
 use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef};
-use super::{cluster_nodes, Context};
-use crate::cluster;
+use super::nodes;
+use crate::bootstrap::Context;
+use crate::cluster as live;
 
 fn deployment_available(d: &Deployment) -> bool {
     d.status
@@ -97,7 +98,7 @@ where
 
 pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
     let c = &ctx.config.controller;
-    if let Some((namespace, name)) = cluster::controller_deployment(c) {
+    if let Some((namespace, name)) = live::controller_deployment(c) {
         let api: Api<Deployment> = Api::namespaced(ctx.kube.clone(), &namespace);
         let what = format!("Deployment {namespace}/{name} to be Available");
         poll(ctx, &what, || async {
@@ -116,7 +117,7 @@ pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
         let what = format!("EC2NodeClass {} to be Ready", r.name);
         let name = r.name.clone();
         poll(ctx, &what, || async {
-            let r = cluster_nodes::class_ref(&name);
+            let r = nodes::class_ref(&name);
             let Some(api) = kube_objects::api_for(ctx, &r).await? else {
                 return Ok(false);
             };

@@ -6,7 +6,7 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
-use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 
 /// Which jointer version the applied CRDs came from (an older one is drift).
 pub const VERSION_LABEL: &str = "jointer.dev/version";

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::iam::{self, DesiredRole};
 use super::permissions::{cni_ipv6_policy, node_managed_policies, node_trust};
-use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 
 const SPOT_SERVICE: &str = "spot.amazonaws.com";
 const CNI_IPV6_POLICY: &str = "AmazonEKS_CNI_IPv6_Policy";
@@ -88,6 +88,6 @@ async fn spot_role_exists(ctx: &Context) -> Result<bool> {
         .path_prefix(format!("/aws-service-role/{SPOT_SERVICE}/"))
         .send()
         .await
-        .map_err(|e| super::aws::failed("iam:ListRoles (spot service-linked role)", e))?;
+        .map_err(|e| super::clients::failed("iam:ListRoles (spot service-linked role)", e))?;
     Ok(!roles.roles().is_empty())
 }

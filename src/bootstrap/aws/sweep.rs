@@ -8,8 +8,9 @@ use anyhow::{bail, Result};
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use jointer_controller::cloud::aws::tags::{owned_instance_filters, profile_path_prefix};
 
-use super::aws::failed;
-use super::{iam, Change, Context, Goal, Op, Step, StepPlan};
+use super::clients::failed;
+use super::iam;
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -22,9 +23,9 @@ pub enum Action {
     },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Sweep(a)
+        crate::bootstrap::Action::Sweep(a)
     }
 }
 

@@ -7,11 +7,11 @@ use anyhow::Result;
 use aws_sdk_iam::types::Tag;
 use serde_json::Value;
 
-use super::aws::{code, failed, gone_ok};
+use super::clients::{code, failed, gone_ok};
 use super::ownership::{self, Owner};
 use super::policy::{self, Document};
 use super::propagation::retry_until_visible;
-use super::{Change, Context, Op};
+use crate::bootstrap::{Change, Context, Op};
 
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -76,9 +76,9 @@ pub enum Action {
     },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Iam(a)
+        crate::bootstrap::Action::Iam(a)
     }
 }
 
@@ -308,7 +308,7 @@ pub fn adopt_or_refuse(
     tags: &BTreeMap<String, String>,
     rename_hint: &str,
     changes: &mut Vec<Change>,
-    tag_action: impl FnOnce() -> super::Action,
+    tag_action: impl FnOnce() -> crate::bootstrap::Action,
 ) -> Result<()> {
     let owner = ownership::owner(
         &ctx.cluster.name,

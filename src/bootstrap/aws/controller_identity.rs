@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 
-use super::aws::{code, failed, gone_ok, tag_eks_resource};
+use super::clients::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::{self, owned, DesiredRole};
 use super::permissions::{controller_policies, irsa_trust, pod_identity_trust};
 use super::propagation::retry_until_visible;
-use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::Identity;
 
 /// Every policy group there may be, so one no longer wanted (interruption switched off) is
@@ -54,9 +54,9 @@ pub enum Action {
     },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::ControllerIdentity(a)
+        crate::bootstrap::Action::ControllerIdentity(a)
     }
 }
 

@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde::{Deserialize, Serialize};
 
-use super::aws::{code, failed, gone_ok, tag_eks_resource};
+use super::clients::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::owned;
 use super::propagation::retry_until_visible;
-use super::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::NodeAccess;
 
 const ENTRY_TYPE: &str = "EC2_LINUX";
@@ -49,9 +49,9 @@ pub enum Action {
     },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::NodeAccess(a)
+        crate::bootstrap::Action::NodeAccess(a)
     }
 }
 

@@ -12,8 +12,8 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
-use super::{Change, Context, Goal, Op, Step, StepPlan};
-use crate::cluster;
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::cluster as live;
 
 pub const NODEPOOL_API: &str = "karpenter.sh/v1";
 pub const NODECLASS_API: &str = "karpenter.k8s.aws/v1";
@@ -26,9 +26,9 @@ pub enum Action {
     DeleteClass { name: String },
 }
 
-impl From<Action> for super::Action {
+impl From<Action> for crate::bootstrap::Action {
     fn from(a: Action) -> Self {
-        super::Action::Nodes(a)
+        crate::bootstrap::Action::Nodes(a)
     }
 }
 
@@ -135,7 +135,7 @@ fn foreign_role(ctx: &Context, object: &Value) -> Option<String> {
 }
 
 pub async fn controller_available(ctx: &Context) -> Result<bool> {
-    let Some((ns, name)) = cluster::controller_deployment(&ctx.config.controller) else {
+    let Some((ns, name)) = live::controller_deployment(&ctx.config.controller) else {
         return Ok(true); // installed by someone else: assume it runs
     };
     let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(ctx.kube.clone(), &ns);
@@ -209,7 +209,7 @@ async fn wait_until_gone(
         let timed_out = started.elapsed() > ctx.options.timeout;
         if let Some(pool) = pool.filter(|_| report_due || timed_out) {
             // Only a hint: a user who may not list pods still gets the teardown.
-            let held = cluster::holders(&ctx.kube, pool).await.unwrap_or_default();
+            let held = live::holders(&ctx.kube, pool).await.unwrap_or_default();
             if !held.is_empty() {
                 left = format!(
                     "{left}, held by: {} (a terminationGracePeriod on the NodePool bounds the wait)",
