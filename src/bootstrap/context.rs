@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use super::aws::clients::{Clients, Cluster};
 use super::aws::names::Names;
-use super::aws::{ownership, permissions};
+use super::aws::ownership::Ownership;
+use super::aws::permissions;
 use super::cluster::kube_objects;
 use crate::failure::Failure;
 use crate::input::config::{Config, Identity};
@@ -58,6 +59,8 @@ pub struct Context {
     pub node_objects: Vec<Value>,
     pub spot_allowed: bool,
     pub options: Options,
+    /// Whose resources this run may change (the cluster's; with `--adopt`, also unowned ones).
+    pub ownership: Ownership,
     pub progress: Box<dyn Progress>,
 }
 
@@ -69,6 +72,10 @@ impl Context {
         let kube = kube_client(&cluster, inputs.kube_context.as_deref()).await?;
         let labels = kube_objects::ownership_labels(&cluster.name);
         Ok(Context {
+            ownership: Ownership {
+                cluster: cluster.name.clone(),
+                adopt: inputs.options.adopt,
+            },
             names: Names::of(&config),
             node_objects: inputs
                 .node_objects
@@ -89,11 +96,11 @@ impl Context {
     }
 
     pub fn adopt(&self) -> bool {
-        self.options.adopt
+        self.ownership.adopt
     }
 
     pub fn tags(&self) -> std::collections::BTreeMap<String, String> {
-        ownership::tags(&self.cluster.name)
+        self.ownership.tags()
     }
 
     pub fn controller_role_arn(&self) -> String {

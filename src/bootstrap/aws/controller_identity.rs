@@ -113,7 +113,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
             for (group, name, arn, observed) in &policies {
                 match desired.iter().find(|p| p.group == *group) {
                     Some(wanted) => iam::converge_policy(
-                        ctx,
+                        &ctx.ownership,
                         name,
                         arn,
                         &format!(
@@ -131,7 +131,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                             plan.changes.push(iam::detach_change(&role.name, arn));
                         }
                         if let Some(p) = observed {
-                            iam::remove_policy(ctx, name, p, &mut plan.changes);
+                            iam::remove_policy(&ctx.ownership, name, p, &mut plan.changes);
                         }
                     }
                 }
@@ -169,7 +169,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                 managed_policies: desired.iter().map(|p| policy_arn(ctx, p.group)).collect(),
             };
             iam::converge_role(
-                ctx,
+                &ctx.ownership,
                 &desired_role,
                 role.as_ref(),
                 "remove or rename that role",
@@ -178,18 +178,18 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
             converge_association(ctx, identity, association, &mut plan)?;
         }
         Goal::Remove => {
-            if let Some(a) = association.filter(|a| owned(ctx, &a.tags)) {
+            if let Some(a) = association.filter(|a| owned(&ctx.ownership, &a.tags)) {
                 plan.changes.push(association_delete(ctx, a));
             }
             if let Some(role) = &role {
-                iam::remove_role(ctx, role, &mut plan.changes);
+                iam::remove_role(&ctx.ownership, role, &mut plan.changes);
             }
             for (_, name, _, observed) in &policies {
                 if let Some(p) = observed {
-                    iam::remove_policy(ctx, name, p, &mut plan.changes);
+                    iam::remove_policy(&ctx.ownership, name, p, &mut plan.changes);
                 }
             }
-            if let Some((arn, _)) = oidc.filter(|(_, tags)| owned(ctx, tags)) {
+            if let Some((arn, _)) = oidc.filter(|(_, tags)| owned(&ctx.ownership, tags)) {
                 plan.changes.push(
                     Change::new(
                         Op::Delete,
@@ -246,7 +246,7 @@ fn converge_association(
         ),
         (Identity::PodIdentity, Some(a)) => {
             iam::adopt_or_refuse(
-                ctx,
+                &ctx.ownership,
                 &resource,
                 &a.tags,
                 "delete that association or set controller.serviceAccount",
@@ -275,7 +275,7 @@ fn converge_association(
             }
         }
         // Switched to IRSA: the association jointer made would shadow the web identity.
-        (Identity::Irsa, Some(a)) if owned(ctx, &a.tags) => {
+        (Identity::Irsa, Some(a)) if owned(&ctx.ownership, &a.tags) => {
             plan.changes.push(association_delete(ctx, a));
         }
         (Identity::Irsa, _) => {}

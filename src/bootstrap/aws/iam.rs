@@ -8,7 +8,7 @@ use aws_sdk_iam::types::Tag;
 use serde_json::Value;
 
 use super::clients::{code, failed, gone_ok};
-use super::ownership::{self, Owner};
+use super::ownership::{self, Owner, Ownership};
 use super::policy::{self, Document};
 use super::propagation::retry_until_visible;
 use crate::bootstrap::{Change, Context, Op};
@@ -217,7 +217,7 @@ pub struct DesiredRole {
 /// Changes that make `observed` the desired role. A role jointer does not own is an error
 /// unless `--adopt` was given.
 pub fn converge_role(
-    ctx: &Context,
+    ours: &Ownership,
     desired: &DesiredRole,
     observed: Option<&Role>,
     rename_hint: &str,
@@ -233,7 +233,7 @@ pub fn converge_role(
                 name: desired.name.clone(),
                 trust,
                 description: desired.description.clone(),
-                tags: ctx.tags(),
+                tags: ours.tags(),
             },
         ));
         for arn in &desired.managed_policies {
@@ -241,10 +241,10 @@ pub fn converge_role(
         }
         return Ok(());
     };
-    adopt_or_refuse(ctx, &resource, &role.tags, rename_hint, changes, || {
+    adopt_or_refuse(ours, &resource, &role.tags, rename_hint, changes, || {
         Action::TagRole {
             name: desired.name.clone(),
-            tags: ctx.tags(),
+            tags: ours.tags(),
         }
         .into()
     })?;
@@ -303,7 +303,7 @@ pub fn short_policy_name(arn: &str) -> String {
 
 /// The resource is ours; or, with `--adopt`, becomes ours; else the run stops.
 pub fn adopt_or_refuse(
-    ctx: &Context,
+    ours: &Ownership,
     resource: &str,
     tags: &BTreeMap<String, String>,
     rename_hint: &str,
@@ -311,17 +311,17 @@ pub fn adopt_or_refuse(
     tag_action: impl FnOnce() -> crate::bootstrap::Action,
 ) -> Result<()> {
     let owner = ownership::owner(
-        &ctx.cluster.name,
+        &ours.cluster,
         tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     );
     if owner == Owner::Us {
         return Ok(());
     }
-    if !ctx.adopt() {
+    if !ours.adopt {
         return Err(ownership::conflict(
             resource,
             &owner,
-            &ctx.cluster.name,
+            &ours.cluster,
             rename_hint,
         ));
     }
@@ -335,8 +335,8 @@ pub fn adopt_or_refuse(
 
 /// Changes that delete a role jointer owns: out of its instance profiles, policies off, gone
 /// (IAM refuses to delete a role with either: `DeleteConflict`).
-pub fn remove_role(ctx: &Context, role: &Role, changes: &mut Vec<Change>) {
-    if !owned(ctx, &role.tags) {
+pub fn remove_role(ours: &Ownership, role: &Role, changes: &mut Vec<Change>) {
+    if !owned(ours, &role.tags) {
         return;
     }
     let resource = format!("iam role {}", role.name);
@@ -380,16 +380,13 @@ pub fn remove_role(ctx: &Context, role: &Role, changes: &mut Vec<Change>) {
     ));
 }
 
-pub fn owned(ctx: &Context, tags: &BTreeMap<String, String>) -> bool {
-    ownership::owner(
-        &ctx.cluster.name,
-        tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    ) == Owner::Us
+pub fn owned(ours: &Ownership, tags: &BTreeMap<String, String>) -> bool {
+    ours.owns(tags)
 }
 
 /// Changes that make a customer-managed policy hold `document`.
 pub fn converge_policy(
-    ctx: &Context,
+    ours: &Ownership,
     name: &str,
     arn: &str,
     description: &str,
@@ -413,13 +410,13 @@ pub fn converge_policy(
                 name: name.to_string(),
                 document: document.to_json(),
                 description: description.to_string(),
-                tags: ctx.tags(),
+                tags: ours.tags(),
             },
         ));
         return Ok(());
     };
     adopt_or_refuse(
-        ctx,
+        ours,
         &resource,
         &policy.tags,
         "remove or rename that policy",
@@ -427,7 +424,7 @@ pub fn converge_policy(
         || {
             Action::TagPolicy {
                 arn: arn.to_string(),
-                tags: ctx.tags(),
+                tags: ours.tags(),
             }
             .into()
         },
@@ -449,8 +446,8 @@ pub fn converge_policy(
     Ok(())
 }
 
-pub fn remove_policy(ctx: &Context, name: &str, policy: &Policy, changes: &mut Vec<Change>) {
-    if owned(ctx, &policy.tags) {
+pub fn remove_policy(ours: &Ownership, name: &str, policy: &Policy, changes: &mut Vec<Change>) {
+    if owned(ours, &policy.tags) {
         changes.push(Change::new(
             Op::Delete,
             format!("iam policy {name}"),

@@ -193,7 +193,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                 ),
                 Some(q) => {
                     adopt_or_refuse(
-                        ctx,
+                        &ctx.ownership,
                         &queue_resource,
                         &q.tags,
                         "set interruption.queueName to another name",
@@ -240,7 +240,11 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
             }
         }
         Goal::Remove => {
-            for rule in rules.iter().flatten().filter(|r| owned(ctx, &r.tags)) {
+            for rule in rules
+                .iter()
+                .flatten()
+                .filter(|r| owned(&ctx.ownership, &r.tags))
+            {
                 let resource = format!("eventbridge rule {}", rule.name);
                 if !rule.targets.is_empty() {
                     plan.changes.push(
@@ -263,7 +267,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                     },
                 ));
             }
-            if let Some(q) = queue.filter(|q| owned(ctx, &q.tags)) {
+            if let Some(q) = queue.filter(|q| owned(&ctx.ownership, &q.tags)) {
                 plan.changes.push(Change::new(
                     Op::Delete,
                     &queue_resource,
@@ -325,7 +329,7 @@ fn converge_rule(
         return Ok(());
     };
     adopt_or_refuse(
-        ctx,
+        &ctx.ownership,
         &resource,
         &rule.tags,
         "delete or rename that rule",

@@ -119,7 +119,7 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
         (Goal::Converge, Some(entry)) => {
             let kind = entry.r#type.clone().unwrap_or_default();
             if kind != ENTRY_TYPE {
-                if !owned(ctx, &tags) && !ctx.adopt() {
+                if !owned(&ctx.ownership, &tags) && !ctx.adopt() {
                     bail!(
                         "{resource} has type {kind}, which leaves nodes NotReady (Unauthorized), and jointer did not create it: delete it or re-run with --adopt to replace it with an {ENTRY_TYPE} entry"
                     );
@@ -136,7 +136,7 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
                     .field("type")
                     .detail(format!("{kind} → {ENTRY_TYPE} (replaced)")),
                 );
-            } else if !owned(ctx, &tags) {
+            } else if !owned(&ctx.ownership, &tags) {
                 // An EC2_LINUX entry for the node role is exactly what nodes need: use it,
                 // and take it over only when asked.
                 if ctx.adopt() {
@@ -159,7 +159,7 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
                 }
             }
         }
-        (Goal::Remove, Some(_)) if owned(ctx, &tags) => plan.changes.push(Change::new(
+        (Goal::Remove, Some(_)) if owned(&ctx.ownership, &tags) => plan.changes.push(Change::new(
             Op::Delete,
             &resource,
             Action::DeleteEntry { principal },

@@ -29,9 +29,12 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         Goal::Converge => {
             if c.ipv6 {
                 // An IPv6 CNI policy someone else made is used as it is.
-                if cni.as_ref().is_none_or(|p| iam::owned(ctx, &p.tags)) {
+                if cni
+                    .as_ref()
+                    .is_none_or(|p| iam::owned(&ctx.ownership, &p.tags))
+                {
                     iam::converge_policy(
-                        ctx,
+                        &ctx.ownership,
                         CNI_IPV6_POLICY,
                         &cni_arn,
                         "VPC CNI permissions for IPv6 EKS nodes (jointer)",
@@ -48,7 +51,7 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                 managed_policies: node_managed_policies(c.partition, &c.account, c.ipv6),
             };
             iam::converge_role(
-                ctx,
+                &ctx.ownership,
                 &desired,
                 role.as_ref(),
                 "set nodeRole.name to another name",
@@ -70,10 +73,10 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         Goal::Remove => {
             // The spot service-linked role belongs to the account and stays.
             if let Some(role) = &role {
-                iam::remove_role(ctx, role, &mut plan.changes);
+                iam::remove_role(&ctx.ownership, role, &mut plan.changes);
             }
             if let Some(policy) = &cni {
-                iam::remove_policy(ctx, CNI_IPV6_POLICY, policy, &mut plan.changes);
+                iam::remove_policy(&ctx.ownership, CNI_IPV6_POLICY, policy, &mut plan.changes);
             }
         }
     }

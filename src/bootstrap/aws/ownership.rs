@@ -41,6 +41,28 @@ pub fn owner<'a>(cluster: &str, tags: impl IntoIterator<Item = (&'a str, &'a str
     }
 }
 
+/// Whose resources a run may change: this cluster's, and with `--adopt` also those with
+/// jointer's names that jointer did not create. The pure diffs take this instead of a context.
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    pub cluster: String,
+    pub adopt: bool,
+}
+
+impl Ownership {
+    /// The tags jointer puts on what it creates.
+    pub fn tags(&self) -> BTreeMap<String, String> {
+        tags(&self.cluster)
+    }
+
+    pub fn owns(&self, tags: &BTreeMap<String, String>) -> bool {
+        owner(
+            &self.cluster,
+            tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ) == Owner::Us
+    }
+}
+
 /// The error for a name that is taken by something jointer does not own.
 pub fn conflict(resource: &str, owner: &Owner, cluster: &str, rename_hint: &str) -> anyhow::Error {
     let whose = match owner {
