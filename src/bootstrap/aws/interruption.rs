@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::clients::{code, failed, gone_ok};
 use super::iam::{adopt_or_refuse, owned};
+use super::ownership::Ownership;
 use super::policy::{self, Document, Statement};
 use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 
@@ -135,7 +136,7 @@ pub fn queue_policy(queue_arn: &str) -> Document {
 }
 
 /// The queue attributes jointer sets.
-pub fn queue_attributes(ctx: &Context, queue_arn: &str) -> BTreeMap<String, String> {
+pub fn queue_attributes(kms_key_id: Option<&String>, queue_arn: &str) -> BTreeMap<String, String> {
     let mut attributes = BTreeMap::from([
         (
             "MessageRetentionPeriod".to_string(),
@@ -143,7 +144,7 @@ pub fn queue_attributes(ctx: &Context, queue_arn: &str) -> BTreeMap<String, Stri
         ),
         ("Policy".to_string(), queue_policy(queue_arn).to_json()),
     ]);
-    match &ctx.config.interruption.kms_key_id {
+    match kms_key_id {
         Some(key) => {
             attributes.insert("KmsMasterKeyId".into(), key.clone());
         }
@@ -154,46 +155,98 @@ pub fn queue_attributes(ctx: &Context, queue_arn: &str) -> BTreeMap<String, Stri
     attributes
 }
 
-pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
-    let mut plan = StepPlan::new(Step::Interruption);
-    // Interruption handling switched off: what jointer made for it goes.
-    let goal = if ctx.config.interruption.enabled {
-        goal
-    } else {
-        Goal::Remove
-    };
-    let queue_name = &ctx.names.queue;
-    let queue_arn = ctx.scope().queue_arn(queue_name);
-    let queue = get_queue(ctx, queue_name).await?;
-    let mut rules = Vec::new();
-    for (kind, _, _) in RULES {
-        rules.push(get_rule(ctx, &ctx.names.rule(kind)).await?);
+/// What the config wants: the queue with its attributes, and the five rules.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    /// Interruption handling is on; when off, what jointer made for it goes.
+    pub enabled: bool,
+    pub queue_name: String,
+    pub queue_arn: String,
+    pub attributes: BTreeMap<String, String>,
+    /// The queue is encrypted with a customer KMS key rather than SQS's own.
+    pub customer_key: bool,
+    /// Each rule's name and event pattern, in `RULES` order.
+    pub rules: Vec<(String, Value)>,
+}
+
+fn wanted(ctx: &Context) -> Wanted {
+    let queue_arn = ctx.scope().queue_arn(&ctx.names.queue);
+    Wanted {
+        enabled: ctx.config.interruption.enabled,
+        queue_name: ctx.names.queue.clone(),
+        attributes: queue_attributes(ctx.config.interruption.kms_key_id.as_ref(), &queue_arn),
+        queue_arn,
+        customer_key: ctx.config.interruption.kms_key_id.is_some(),
+        rules: RULES
+            .iter()
+            .map(|(kind, source, detail_type)| {
+                (ctx.names.rule(kind), event_pattern(source, detail_type))
+            })
+            .collect(),
     }
+}
+
+/// The queue and the rules as AWS holds them (`None`: not there), rules in `RULES` order.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub queue: Option<Queue>,
+    pub rules: Vec<Option<Rule>>,
+}
+
+async fn observe(ctx: &Context, wanted: &Wanted) -> Result<Observed> {
+    let queue = get_queue(ctx, &wanted.queue_name).await?;
+    let mut rules = Vec::new();
+    for (name, _) in &wanted.rules {
+        rules.push(get_rule(ctx, name).await?);
+    }
+    Ok(Observed { queue, rules })
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    let wanted = wanted(ctx);
+    let observed = observe(ctx, &wanted).await?;
+    diff(&wanted, &observed, &ctx.ownership, goal)
+}
+
+/// The pure diff: what to create, correct or remove; an error for a queue or rule with
+/// jointer's name that jointer does not own (unless adopting).
+pub fn diff(
+    wanted: &Wanted,
+    observed: &Observed,
+    ours: &Ownership,
+    goal: Goal,
+) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::Interruption);
+    let goal = if wanted.enabled { goal } else { Goal::Remove };
+    let queue_name = &wanted.queue_name;
+    let queue_arn = &wanted.queue_arn;
+    let queue = &observed.queue;
+    let rules = &observed.rules;
     let queue_resource = format!("sqs queue {queue_name}");
     match goal {
         Goal::Converge => {
-            if ctx.config.interruption.kms_key_id.is_some() {
+            if wanted.customer_key {
                 plan.warnings.push(format!(
                     "{queue_resource} is encrypted with a customer KMS key: its key policy must let events.amazonaws.com use kms:GenerateDataKey and kms:Decrypt, or no event arrives"
                 ));
             }
-            let attributes = queue_attributes(ctx, &queue_arn);
-            match &queue {
+            let attributes = &wanted.attributes;
+            match queue {
                 None => plan.changes.push(
                     Change::new(
                         Op::Create,
                         &queue_resource,
                         Action::CreateQueue {
                             name: queue_name.clone(),
-                            attributes,
-                            tags: ctx.tags(),
+                            attributes: attributes.clone(),
+                            tags: ours.tags(),
                         },
                     )
                     .detail("retention 300 s, encrypted, EventBridge may send"),
                 ),
                 Some(q) => {
                     adopt_or_refuse(
-                        &ctx.ownership,
+                        ours,
                         &queue_resource,
                         &q.tags,
                         "set interruption.queueName to another name",
@@ -201,12 +254,12 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                         || {
                             Action::TagQueue {
                                 url: q.url.clone(),
-                                tags: ctx.tags(),
+                                tags: ours.tags(),
                             }
                             .into()
                         },
                     )?;
-                    for (name, want) in &attributes {
+                    for (name, want) in attributes {
                         if let Some(detail) =
                             attribute_difference(name, q.attributes.get(name), want)
                         {
@@ -227,24 +280,13 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                     }
                 }
             }
-            for ((kind, source, detail_type), rule) in RULES.iter().zip(&rules) {
-                let name = ctx.names.rule(kind);
-                converge_rule(
-                    ctx,
-                    &name,
-                    &event_pattern(source, detail_type),
-                    &queue_arn,
-                    rule.as_ref(),
-                    &mut plan.changes,
-                )?;
+            for (i, (name, pattern)) in wanted.rules.iter().enumerate() {
+                let rule = rules.get(i).and_then(Option::as_ref);
+                converge_rule(ours, name, pattern, queue_arn, rule, &mut plan.changes)?;
             }
         }
         Goal::Remove => {
-            for rule in rules
-                .iter()
-                .flatten()
-                .filter(|r| owned(&ctx.ownership, &r.tags))
-            {
+            for rule in rules.iter().flatten().filter(|r| owned(ours, &r.tags)) {
                 let resource = format!("eventbridge rule {}", rule.name);
                 if !rule.targets.is_empty() {
                     plan.changes.push(
@@ -267,11 +309,11 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
                     },
                 ));
             }
-            if let Some(q) = queue.filter(|q| owned(&ctx.ownership, &q.tags)) {
+            if let Some(q) = queue.as_ref().filter(|q| owned(ours, &q.tags)) {
                 plan.changes.push(Change::new(
                     Op::Delete,
                     &queue_resource,
-                    Action::DeleteQueue { url: q.url },
+                    Action::DeleteQueue { url: q.url.clone() },
                 ));
             }
         }
@@ -296,7 +338,7 @@ fn attribute_difference(name: &str, have: Option<&String>, want: &str) -> Option
 }
 
 fn converge_rule(
-    ctx: &Context,
+    ours: &Ownership,
     name: &str,
     pattern: &Value,
     queue_arn: &str,
@@ -316,7 +358,7 @@ fn converge_rule(
                 Action::PutRule {
                     name: name.to_string(),
                     pattern: pattern.to_string(),
-                    tags: ctx.tags(),
+                    tags: ours.tags(),
                 },
             )
             .detail(pattern.to_string()),
@@ -329,7 +371,7 @@ fn converge_rule(
         return Ok(());
     };
     adopt_or_refuse(
-        &ctx.ownership,
+        ours,
         &resource,
         &rule.tags,
         "delete or rename that rule",
@@ -337,7 +379,7 @@ fn converge_rule(
         || {
             Action::TagRule {
                 arn: rule.arn.clone(),
-                tags: ctx.tags(),
+                tags: ours.tags(),
             }
             .into()
         },
@@ -632,6 +674,140 @@ async fn create_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ours(adopt: bool) -> Ownership {
+        Ownership {
+            cluster: "demo".into(),
+            adopt,
+        }
+    }
+
+    fn wanted() -> Wanted {
+        let queue_arn = "arn:aws:sqs:us-east-1:1:demo".to_string();
+        Wanted {
+            enabled: true,
+            queue_name: "demo".into(),
+            attributes: queue_attributes(None, &queue_arn),
+            queue_arn,
+            customer_key: false,
+            rules: RULES
+                .iter()
+                .map(|(kind, source, detail_type)| {
+                    (format!("demo-{kind}"), event_pattern(source, detail_type))
+                })
+                .collect(),
+        }
+    }
+
+    /// The world as the last apply left it.
+    fn in_sync(w: &Wanted) -> Observed {
+        Observed {
+            queue: Some(Queue {
+                url: "https://sqs/demo".into(),
+                attributes: w.attributes.clone(),
+                tags: ours(false).tags(),
+            }),
+            rules: w
+                .rules
+                .iter()
+                .map(|(name, pattern)| {
+                    Some(Rule {
+                        name: name.clone(),
+                        arn: format!("arn:aws:events:us-east-1:1:rule/{name}"),
+                        pattern: pattern.clone(),
+                        enabled: true,
+                        tags: ours(false).tags(),
+                        targets: BTreeMap::from([(TARGET_ID.to_string(), w.queue_arn.clone())]),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    fn lines(plan: &StepPlan) -> Vec<String> {
+        plan.changes.iter().map(Change::to_string).collect()
+    }
+
+    #[test]
+    fn in_sync_means_no_change() {
+        let w = wanted();
+        let plan = diff(&w, &in_sync(&w), &ours(false), Goal::Converge).unwrap();
+        assert!(plan.changes.is_empty(), "{:?}", lines(&plan));
+    }
+
+    #[test]
+    fn a_missing_queue_and_rules_are_created() {
+        let w = wanted();
+        let plan = diff(&w, &Observed::default(), &ours(false), Goal::Converge).unwrap();
+        assert!(plan.changes.iter().all(|c| c.op == Op::Create));
+        // The queue, then each rule and its target.
+        assert_eq!(plan.changes.len(), 1 + 2 * RULES.len());
+        assert!(matches!(
+            &plan.changes[0].action,
+            crate::bootstrap::Action::Interruption(Action::CreateQueue { tags, .. })
+                if tags == &ours(false).tags()
+        ));
+    }
+
+    #[test]
+    fn a_changed_attribute_pattern_state_or_target_is_updated_by_name() {
+        let w = wanted();
+        let mut world = in_sync(&w);
+        let queue = world.queue.as_mut().unwrap();
+        queue
+            .attributes
+            .insert("MessageRetentionPeriod".into(), "600".into());
+        let spot = world.rules[1].as_mut().unwrap();
+        spot.enabled = false;
+        spot.pattern = event_pattern("aws.ec2", "something else");
+        spot.targets.clear();
+        let plan = diff(&w, &world, &ours(false), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![
+                "~ sqs queue demo  MessageRetentionPeriod: 600 → 300".to_string(),
+                format!(
+                    "~ eventbridge rule demo-Spot  event pattern: {} → {}",
+                    event_pattern("aws.ec2", "something else"),
+                    w.rules[1].1
+                ),
+                "~ eventbridge rule demo-Spot  state: DISABLED → ENABLED".to_string(),
+                "~ eventbridge rule demo-Spot  target: none → arn:aws:sqs:us-east-1:1:demo"
+                    .to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_queue_jointer_does_not_own_is_an_error_unless_adopted() {
+        let w = wanted();
+        let mut world = in_sync(&w);
+        world.queue.as_mut().unwrap().tags.clear();
+        let err = diff(&w, &world, &ours(false), Goal::Converge).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("sqs queue demo already exists and jointer does not own it"),
+            "{err}"
+        );
+        let plan = diff(&w, &world, &ours(true), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec!["~ sqs queue demo  ownership tags: adopted (--adopt)"]
+        );
+    }
+
+    #[test]
+    fn switched_off_or_torn_down_only_what_jointer_owns_goes() {
+        let mut w = wanted();
+        w.enabled = false;
+        let mut world = in_sync(&w);
+        world.rules[0].as_mut().unwrap().tags.clear();
+        let plan = diff(&w, &world, &ours(false), Goal::Converge).unwrap();
+        assert!(plan.changes.iter().all(|c| c.op == Op::Delete));
+        // Four owned rules (targets, then the rule) and the queue; the foreign rule stays.
+        assert_eq!(plan.changes.len(), 4 * 2 + 1);
+        assert!(!lines(&plan).iter().any(|l| l.contains("demo-Health")));
+    }
 
     #[test]
     fn the_five_patterns_are_exact() {
