@@ -9,7 +9,9 @@ use anyhow::{bail, Result};
 
 use super::clients::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::{self, owned, DesiredRole};
+use super::ownership::Ownership;
 use super::permissions::{controller_policies, irsa_trust, pod_identity_trust};
+use super::policy::Document;
 use super::propagation::retry_until_visible;
 use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::Identity;
@@ -60,11 +62,13 @@ impl From<Action> for crate::bootstrap::Action {
     }
 }
 
-struct Association {
-    id: String,
-    arn: String,
-    role_arn: String,
-    tags: BTreeMap<String, String>,
+/// A pod identity association as EKS holds it.
+#[derive(Debug, Clone)]
+pub struct Association {
+    pub id: String,
+    pub arn: String,
+    pub role_arn: String,
+    pub tags: BTreeMap<String, String>,
 }
 
 fn policy_arn(ctx: &Context, group: &str) -> String {
@@ -86,110 +90,203 @@ fn oidc_provider_arn(ctx: &Context, host: &str) -> String {
     )
 }
 
-pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
-    let mut plan = StepPlan::new(Step::ControllerIdentity);
-    let identity = ctx.config.identity;
-    if goal == Goal::Converge {
-        check_prerequisites(ctx, identity).await?;
+/// One policy group: its name and ARN, and the document it should hold (`None`: the group
+/// is not wanted, e.g. `Interruption` with interruption handling off).
+#[derive(Debug, Clone)]
+pub struct WantedPolicy {
+    pub group: &'static str,
+    pub name: String,
+    pub arn: String,
+    pub document: Option<Document>,
+}
+
+/// What the config wants of the controller's identity.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    pub identity: Identity,
+    pub cluster: String,
+    /// Every group of `ALL_GROUPS`, in that order.
+    pub policies: Vec<WantedPolicy>,
+    pub role_name: String,
+    pub role_arn: String,
+    /// The wanted policies' ARNs, in the order they are attached.
+    pub attached: Vec<String>,
+    /// The cluster's OIDC issuer host and its IAM provider's ARN (IRSA trusts it).
+    pub oidc_host: String,
+    pub oidc_provider_arn: String,
+    pub namespace: String,
+    pub service_account: String,
+}
+
+fn wanted(ctx: &Context) -> Wanted {
+    let documents = controller_policies(&ctx.scope());
+    let oidc_host = ctx.cluster.oidc_host().unwrap_or_default();
+    Wanted {
+        identity: ctx.config.identity,
+        cluster: ctx.cluster.name.clone(),
+        policies: ALL_GROUPS
+            .iter()
+            .map(|group| WantedPolicy {
+                group,
+                name: ctx.names.controller_policy(group),
+                arn: policy_arn(ctx, group),
+                document: documents
+                    .iter()
+                    .find(|p| p.group == *group)
+                    .map(|p| p.document.clone()),
+            })
+            .collect(),
+        role_name: ctx.names.controller_role.clone(),
+        role_arn: ctx.controller_role_arn(),
+        attached: documents.iter().map(|p| policy_arn(ctx, p.group)).collect(),
+        oidc_provider_arn: oidc_provider_arn(ctx, &oidc_host),
+        oidc_host,
+        namespace: ctx.config.controller.namespace.clone(),
+        service_account: ctx.config.controller.service_account_name(),
     }
-    let desired = controller_policies(&ctx.scope());
+}
+
+/// The policies (in `ALL_GROUPS` order), role, association and OIDC provider as AWS holds
+/// them.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub policies: Vec<Option<iam::Policy>>,
+    pub role: Option<iam::Role>,
+    pub association: Option<Association>,
+    /// The OIDC provider's ARN and tags.
+    pub oidc: Option<(String, BTreeMap<String, String>)>,
+}
+
+async fn observe(ctx: &Context, wanted: &Wanted) -> Result<Observed> {
     let mut policies = Vec::new();
-    for group in ALL_GROUPS {
-        let name = ctx.names.controller_policy(group);
-        let arn = policy_arn(ctx, group);
-        let observed = iam::get_policy(ctx, &arn).await?;
-        policies.push((group, name, arn, observed));
+    for p in &wanted.policies {
+        policies.push(iam::get_policy(ctx, &p.arn).await?);
     }
-    let role = iam::get_role(ctx, &ctx.names.controller_role).await?;
+    let role = iam::get_role(ctx, &wanted.role_name).await?;
     let association = get_association(ctx).await?;
     let oidc = match ctx.cluster.oidc_host() {
         Some(host) => get_oidc_provider(ctx, &host).await?,
         None => None,
     };
+    Ok(Observed {
+        policies,
+        role,
+        association,
+        oidc,
+    })
+}
 
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    if goal == Goal::Converge {
+        check_prerequisites(ctx, ctx.config.identity).await?;
+    }
+    let wanted = wanted(ctx);
+    let observed = observe(ctx, &wanted).await?;
+    diff(&wanted, &observed, &ctx.ownership, goal)
+}
+
+/// The pure diff: policies first (creating the role attaches them), then the role and its
+/// trust, then the association; on removal the reverse. A role, policy or association with
+/// jointer's name that jointer does not own is an error unless adopting.
+pub fn diff(
+    wanted: &Wanted,
+    observed: &Observed,
+    ours: &Ownership,
+    goal: Goal,
+) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::ControllerIdentity);
+    let role = observed.role.as_ref();
+    // A policy observation missing from the list counts as "not there".
+    let policies = wanted
+        .policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p, observed.policies.get(i).and_then(Option::as_ref)));
     match goal {
         Goal::Converge => {
-            // Policies first: creating the role attaches them.
-            for (group, name, arn, observed) in &policies {
-                match desired.iter().find(|p| p.group == *group) {
-                    Some(wanted) => iam::converge_policy(
-                        &ctx.ownership,
-                        name,
-                        arn,
+            for (p, observed) in policies {
+                match &p.document {
+                    Some(document) => iam::converge_policy(
+                        ours,
+                        &p.name,
+                        &p.arn,
                         &format!(
-                            "jointer controller permissions for EKS cluster {}: {group}",
-                            ctx.cluster.name
+                            "jointer controller permissions for EKS cluster {}: {}",
+                            wanted.cluster, p.group
                         ),
-                        &wanted.document,
-                        observed.as_ref(),
+                        document,
+                        observed,
                         &mut plan.changes,
                     )?,
                     None => {
                         // Off the role first, then gone: a policy deleted while attached
                         // leaves the role undeletable in some IAM implementations.
-                        if let Some(role) = role.as_ref().filter(|r| r.attached.contains(arn)) {
-                            plan.changes.push(iam::detach_change(&role.name, arn));
+                        if let Some(role) = role.filter(|r| r.attached.contains(&p.arn)) {
+                            plan.changes.push(iam::detach_change(&role.name, &p.arn));
                         }
-                        if let Some(p) = observed {
-                            iam::remove_policy(&ctx.ownership, name, p, &mut plan.changes);
+                        if let Some(observed) = observed {
+                            iam::remove_policy(ours, &p.name, observed, &mut plan.changes);
                         }
                     }
                 }
             }
-            let trust = match identity {
+            let trust = match wanted.identity {
                 Identity::PodIdentity => pod_identity_trust(),
                 Identity::Irsa => {
-                    let host = ctx.cluster.oidc_host().unwrap_or_default();
-                    let provider = oidc_provider_arn(ctx, &host);
-                    if oidc.is_none() {
+                    let host = &wanted.oidc_host;
+                    if observed.oidc.is_none() {
                         plan.changes.push(
                             Change::new(
                                 Op::Create,
                                 format!("iam oidc provider {host}"),
                                 Action::CreateOidcProvider {
                                     url: format!("https://{host}"),
-                                    tags: ctx.tags(),
+                                    tags: ours.tags(),
                                 },
                             )
                             .detail("audience sts.amazonaws.com"),
                         );
                     }
                     irsa_trust(
-                        &provider,
-                        &host,
-                        &ctx.config.controller.namespace,
-                        &ctx.config.controller.service_account_name(),
+                        &wanted.oidc_provider_arn,
+                        host,
+                        &wanted.namespace,
+                        &wanted.service_account,
                     )
                 }
             };
             let desired_role = DesiredRole {
-                name: ctx.names.controller_role.clone(),
-                description: format!("jointer controller for EKS cluster {}", ctx.cluster.name),
+                name: wanted.role_name.clone(),
+                description: format!("jointer controller for EKS cluster {}", wanted.cluster),
                 trust,
-                managed_policies: desired.iter().map(|p| policy_arn(ctx, p.group)).collect(),
+                managed_policies: wanted.attached.clone(),
             };
             iam::converge_role(
-                &ctx.ownership,
+                ours,
                 &desired_role,
-                role.as_ref(),
+                role,
                 "remove or rename that role",
                 &mut plan.changes,
             )?;
-            converge_association(ctx, identity, association, &mut plan)?;
+            converge_association(wanted, ours, observed.association.as_ref(), &mut plan)?;
         }
         Goal::Remove => {
-            if let Some(a) = association.filter(|a| owned(&ctx.ownership, &a.tags)) {
-                plan.changes.push(association_delete(ctx, a));
+            if let Some(a) = observed
+                .association
+                .as_ref()
+                .filter(|a| owned(ours, &a.tags))
+            {
+                plan.changes.push(association_delete(wanted, a));
             }
-            if let Some(role) = &role {
-                iam::remove_role(&ctx.ownership, role, &mut plan.changes);
+            if let Some(role) = role {
+                iam::remove_role(ours, role, &mut plan.changes);
             }
-            for (_, name, _, observed) in &policies {
-                if let Some(p) = observed {
-                    iam::remove_policy(&ctx.ownership, name, p, &mut plan.changes);
+            for (p, observed) in policies {
+                if let Some(observed) = observed {
+                    iam::remove_policy(ours, &p.name, observed, &mut plan.changes);
                 }
             }
-            if let Some((arn, _)) = oidc.filter(|(_, tags)| owned(&ctx.ownership, tags)) {
+            if let Some((arn, _)) = observed.oidc.as_ref().filter(|(_, tags)| owned(ours, tags)) {
                 plan.changes.push(
                     Change::new(
                         Op::Delete,
@@ -208,45 +305,44 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     Ok(plan)
 }
 
-fn association_resource(ctx: &Context) -> String {
+fn association_resource(wanted: &Wanted) -> String {
     format!(
         "eks pod identity association {}/{}",
-        ctx.config.controller.namespace,
-        ctx.config.controller.service_account_name()
+        wanted.namespace, wanted.service_account
     )
 }
 
-fn association_delete(ctx: &Context, a: Association) -> Change {
+fn association_delete(wanted: &Wanted, a: &Association) -> Change {
     Change::new(
         Op::Delete,
-        association_resource(ctx),
-        Action::DeleteAssociation { id: a.id },
+        association_resource(wanted),
+        Action::DeleteAssociation { id: a.id.clone() },
     )
 }
 
 fn converge_association(
-    ctx: &Context,
-    identity: Identity,
-    association: Option<Association>,
+    wanted: &Wanted,
+    ours: &Ownership,
+    association: Option<&Association>,
     plan: &mut StepPlan,
 ) -> Result<()> {
-    let resource = association_resource(ctx);
-    let want = ctx.controller_role_arn();
-    match (identity, association) {
+    let resource = association_resource(wanted);
+    let want = &wanted.role_arn;
+    match (wanted.identity, association) {
         (Identity::PodIdentity, None) => plan.changes.push(
             Change::new(
                 Op::Create,
                 &resource,
                 Action::CreateAssociation {
                     role_arn: want.clone(),
-                    tags: ctx.tags(),
+                    tags: ours.tags(),
                 },
             )
             .detail(want),
         ),
         (Identity::PodIdentity, Some(a)) => {
             iam::adopt_or_refuse(
-                &ctx.ownership,
+                ours,
                 &resource,
                 &a.tags,
                 "delete that association or set controller.serviceAccount",
@@ -254,12 +350,12 @@ fn converge_association(
                 || {
                     Action::TagAssociation {
                         arn: a.arn.clone(),
-                        tags: ctx.tags(),
+                        tags: ours.tags(),
                     }
                     .into()
                 },
             )?;
-            if a.role_arn != want {
+            if &a.role_arn != want {
                 plan.changes.push(
                     Change::new(
                         Op::Update,
@@ -275,8 +371,8 @@ fn converge_association(
             }
         }
         // Switched to IRSA: the association jointer made would shadow the web identity.
-        (Identity::Irsa, Some(a)) if owned(&ctx.ownership, &a.tags) => {
-            plan.changes.push(association_delete(ctx, a));
+        (Identity::Irsa, Some(a)) if owned(ours, &a.tags) => {
+            plan.changes.push(association_delete(wanted, a));
         }
         (Identity::Irsa, _) => {}
     }
@@ -437,4 +533,241 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         )?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::aws::policy::Statement;
+
+    const ROLE_ARN: &str = "arn:aws:iam::1:role/KarpenterController-demo";
+
+    fn ours(adopt: bool) -> Ownership {
+        Ownership {
+            cluster: "demo".into(),
+            adopt,
+        }
+    }
+
+    fn document(action: &str) -> Document {
+        Document::new(vec![Statement::allow("Sid", &[action], vec!["*".into()])])
+    }
+
+    fn wanted(identity: Identity) -> Wanted {
+        let policies: Vec<WantedPolicy> = ALL_GROUPS
+            .iter()
+            .map(|group| WantedPolicy {
+                group,
+                name: format!("Karpenter-demo-{group}"),
+                arn: format!("arn:aws:iam::1:policy/Karpenter-demo-{group}"),
+                // Interruption handling off: that group is not wanted.
+                document: (*group != "Interruption").then(|| document(&format!("ec2:{group}"))),
+            })
+            .collect();
+        Wanted {
+            identity,
+            cluster: "demo".into(),
+            attached: policies
+                .iter()
+                .filter(|p| p.document.is_some())
+                .map(|p| p.arn.clone())
+                .collect(),
+            policies,
+            role_name: "KarpenterController-demo".into(),
+            role_arn: ROLE_ARN.into(),
+            oidc_host: "oidc.eks.us-east-1.amazonaws.com/id/ABC".into(),
+            oidc_provider_arn:
+                "arn:aws:iam::1:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC".into(),
+            namespace: "kube-system".into(),
+            service_account: "karpenter".into(),
+        }
+    }
+
+    /// The world as the last pod-identity apply left it.
+    fn in_sync(w: &Wanted) -> Observed {
+        Observed {
+            policies: w
+                .policies
+                .iter()
+                .map(|p| {
+                    p.document.as_ref().map(|d| iam::Policy {
+                        arn: p.arn.clone(),
+                        tags: ours(false).tags(),
+                        document: d.to_value(),
+                    })
+                })
+                .collect(),
+            role: Some(iam::Role {
+                name: w.role_name.clone(),
+                tags: ours(false).tags(),
+                trust: pod_identity_trust().to_value(),
+                attached: w.attached.clone(),
+                inline: vec![],
+                instance_profiles: vec![],
+            }),
+            association: Some(Association {
+                id: "a-1".into(),
+                arn: "arn:aws:eks:us-east-1:1:podidentityassociation/demo/a-1".into(),
+                role_arn: ROLE_ARN.into(),
+                tags: ours(false).tags(),
+            }),
+            oidc: None,
+        }
+    }
+
+    fn lines(plan: &StepPlan) -> Vec<String> {
+        plan.changes.iter().map(Change::to_string).collect()
+    }
+
+    #[test]
+    fn in_sync_means_no_change() {
+        let w = wanted(Identity::PodIdentity);
+        let plan = diff(&w, &in_sync(&w), &ours(false), Goal::Converge).unwrap();
+        assert!(plan.changes.is_empty(), "{:?}", lines(&plan));
+    }
+
+    #[test]
+    fn missing_policies_role_and_association_are_created_policies_first() {
+        let w = wanted(Identity::PodIdentity);
+        let plan = diff(&w, &Observed::default(), &ours(false), Goal::Converge).unwrap();
+        let lines = lines(&plan);
+        assert!(plan.changes.iter().all(|c| c.op == Op::Create), "{lines:?}");
+        assert!(lines[0].starts_with("+ iam policy Karpenter-demo-NodeLifecycle"));
+        assert!(lines.contains(&"+ iam role KarpenterController-demo".to_string()));
+        assert_eq!(
+            lines.last().unwrap(),
+            &format!("+ eks pod identity association kube-system/karpenter  ({ROLE_ARN})")
+        );
+    }
+
+    #[test]
+    fn a_changed_document_or_association_role_is_updated_by_field() {
+        let w = wanted(Identity::PodIdentity);
+        let mut world = in_sync(&w);
+        world.policies[0].as_mut().unwrap().document = document("ec2:Other").to_value();
+        world.association.as_mut().unwrap().role_arn = "arn:aws:iam::1:role/old".into();
+        let plan = diff(&w, &world, &ours(false), Goal::Converge).unwrap();
+        let fields: Vec<(Op, &str, Option<&str>)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.op, c.resource.as_str(), c.field.as_deref()))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                (
+                    Op::Update,
+                    "iam policy Karpenter-demo-NodeLifecycle",
+                    Some("document")
+                ),
+                (
+                    Op::Update,
+                    "eks pod identity association kube-system/karpenter",
+                    Some("roleArn")
+                ),
+            ]
+        );
+        assert_eq!(
+            plan.changes[1].detail.as_deref(),
+            Some(format!("arn:aws:iam::1:role/old → {ROLE_ARN}").as_str())
+        );
+    }
+
+    #[test]
+    fn a_policy_no_longer_wanted_is_detached_then_deleted() {
+        let w = wanted(Identity::PodIdentity);
+        let mut world = in_sync(&w);
+        let interruption = &w.policies[4];
+        world.policies[4] = Some(iam::Policy {
+            arn: interruption.arn.clone(),
+            tags: ours(false).tags(),
+            document: document("sqs:ReceiveMessage").to_value(),
+        });
+        world
+            .role
+            .as_mut()
+            .unwrap()
+            .attached
+            .push(interruption.arn.clone());
+        let plan = diff(&w, &world, &ours(false), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![
+                "- iam role KarpenterController-demo  attached policy: Karpenter-demo-Interruption",
+                "- iam policy Karpenter-demo-Interruption",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_role_jointer_does_not_own_is_an_error_unless_adopted() {
+        let w = wanted(Identity::PodIdentity);
+        let mut world = in_sync(&w);
+        world.role.as_mut().unwrap().tags.clear();
+        let err = diff(&w, &world, &ours(false), Goal::Converge).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "iam role KarpenterController-demo already exists and jointer does not own it"
+            ),
+            "{err}"
+        );
+        let plan = diff(&w, &world, &ours(true), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec!["~ iam role KarpenterController-demo  ownership tags: adopted (--adopt)"]
+        );
+    }
+
+    #[test]
+    fn switching_to_irsa_creates_the_provider_retrusts_the_role_and_drops_the_association() {
+        let w = wanted(Identity::Irsa);
+        let plan = diff(&w, &in_sync(&w), &ours(false), Goal::Converge).unwrap();
+        let fields: Vec<(Op, &str, Option<&str>)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.op, c.resource.as_str(), c.field.as_deref()))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                (
+                    Op::Create,
+                    "iam oidc provider oidc.eks.us-east-1.amazonaws.com/id/ABC",
+                    None
+                ),
+                (
+                    Op::Update,
+                    "iam role KarpenterController-demo",
+                    Some("trust policy")
+                ),
+                (
+                    Op::Delete,
+                    "eks pod identity association kube-system/karpenter",
+                    None
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn teardown_removes_only_what_jointer_owns() {
+        let w = wanted(Identity::PodIdentity);
+        let mut world = in_sync(&w);
+        world.association.as_mut().unwrap().tags.clear();
+        let plan = diff(&w, &world, &ours(false), Goal::Remove).unwrap();
+        let lines = lines(&plan);
+        assert!(plan.changes.iter().all(|c| c.op == Op::Delete));
+        assert!(
+            !lines.iter().any(|l| l.contains("association")),
+            "{lines:?}"
+        );
+        assert!(lines.contains(&"- iam role KarpenterController-demo".to_string()));
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.starts_with("- iam policy"))
+                .count(),
+            4
+        );
+    }
 }
