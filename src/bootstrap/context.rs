@@ -99,10 +99,6 @@ impl Context {
         self.ownership.adopt
     }
 
-    pub fn tags(&self) -> std::collections::BTreeMap<String, String> {
-        self.ownership.tags()
-    }
-
     pub fn controller_role_arn(&self) -> String {
         format!(
             "arn:{}:iam::{}:role/{}",

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::clients::{code, failed, gone_ok, tag_eks_resource};
 use super::iam::owned;
+use super::ownership::Ownership;
 use super::propagation::retry_until_visible;
 use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::NodeAccess;
@@ -73,25 +74,50 @@ fn node_role_arn(ctx: &Context) -> String {
     ctx.scope().node_role_arn()
 }
 
+/// An access entry as EKS holds it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// `EC2_LINUX`, `STANDARD`, …
+    pub kind: String,
+    pub arn: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// The node role's access as observed, by the mechanism the cluster uses: its access entry,
+/// or its `mapRoles` entry in aws-auth (`None`: there is none).
+#[derive(Debug, Clone)]
+pub enum Observed {
+    Entry(Option<Entry>),
+    Mapping(Option<RoleMapping>),
+}
+
 pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
-    let mut plan = StepPlan::new(Step::NodeAccess);
-    if use_access_entry(ctx)? {
-        plan_entry(ctx, goal, &mut plan).await?;
+    let role_arn = node_role_arn(ctx);
+    let observed = if use_access_entry(ctx)? {
+        Observed::Entry(get_entry(ctx, &role_arn).await?)
     } else {
-        plan_mapping(ctx, goal, &mut plan).await?;
+        Observed::Mapping(get_mapping(ctx, &role_arn).await?)
+    };
+    diff(&role_arn, &observed, &ctx.ownership, goal)
+}
+
+/// The pure diff for the node role `role_arn`.
+pub fn diff(role_arn: &str, observed: &Observed, ours: &Ownership, goal: Goal) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::NodeAccess);
+    match observed {
+        Observed::Entry(entry) => diff_entry(role_arn, entry.as_ref(), ours, goal, &mut plan)?,
+        Observed::Mapping(mapping) => diff_mapping(role_arn, mapping.as_ref(), goal, &mut plan),
     }
     Ok(plan)
 }
 
-async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
-    let principal = node_role_arn(ctx);
-    let resource = format!("eks access entry {principal}");
+async fn get_entry(ctx: &Context, principal: &str) -> Result<Option<Entry>> {
     let entry = match ctx
         .aws
         .eks
         .describe_access_entry()
         .cluster_name(&ctx.cluster.name)
-        .principal_arn(&principal)
+        .principal_arn(principal)
         .send()
         .await
     {
@@ -99,11 +125,22 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
         Err(e) if code(&e) == Some("ResourceNotFoundException") => None,
         Err(e) => return Err(failed(&format!("eks:DescribeAccessEntry {principal}"), e)),
     };
-    let tags: BTreeMap<String, String> = entry
-        .as_ref()
-        .and_then(|e| e.tags.clone())
-        .map(|t| t.into_iter().collect())
-        .unwrap_or_default();
+    Ok(entry.map(|e| Entry {
+        kind: e.r#type.unwrap_or_default(),
+        arn: e.access_entry_arn.unwrap_or_default(),
+        tags: e.tags.map(|t| t.into_iter().collect()).unwrap_or_default(),
+    }))
+}
+
+fn diff_entry(
+    principal: &str,
+    entry: Option<&Entry>,
+    ours: &Ownership,
+    goal: Goal,
+    plan: &mut StepPlan,
+) -> Result<()> {
+    let principal = principal.to_string();
+    let resource = format!("eks access entry {principal}");
     match (goal, entry) {
         (Goal::Converge, None) => plan.changes.push(
             Change::new(
@@ -111,15 +148,15 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
                 &resource,
                 Action::CreateEntry {
                     principal,
-                    tags: ctx.tags(),
+                    tags: ours.tags(),
                 },
             )
             .detail(format!("type {ENTRY_TYPE}")),
         ),
         (Goal::Converge, Some(entry)) => {
-            let kind = entry.r#type.clone().unwrap_or_default();
+            let kind = &entry.kind;
             if kind != ENTRY_TYPE {
-                if !owned(&ctx.ownership, &tags) && !ctx.adopt() {
+                if !owned(ours, &entry.tags) && !ours.adopt {
                     bail!(
                         "{resource} has type {kind}, which leaves nodes NotReady (Unauthorized), and jointer did not create it: delete it or re-run with --adopt to replace it with an {ENTRY_TYPE} entry"
                     );
@@ -130,23 +167,23 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
                         &resource,
                         Action::ReplaceEntry {
                             principal,
-                            tags: ctx.tags(),
+                            tags: ours.tags(),
                         },
                     )
                     .field("type")
                     .detail(format!("{kind} → {ENTRY_TYPE} (replaced)")),
                 );
-            } else if !owned(&ctx.ownership, &tags) {
+            } else if !owned(ours, &entry.tags) {
                 // An EC2_LINUX entry for the node role is exactly what nodes need: use it,
                 // and take it over only when asked.
-                if ctx.adopt() {
+                if ours.adopt {
                     plan.changes.push(
                         Change::new(
                             Op::Update,
                             &resource,
                             Action::TagEntry {
-                                arn: entry.access_entry_arn.clone().unwrap_or_default(),
-                                tags: ctx.tags(),
+                                arn: entry.arn.clone(),
+                                tags: ours.tags(),
                             },
                         )
                         .field("ownership tags")
@@ -159,7 +196,7 @@ async fn plan_entry(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()
                 }
             }
         }
-        (Goal::Remove, Some(_)) if owned(&ctx.ownership, &tags) => plan.changes.push(Change::new(
+        (Goal::Remove, Some(entry)) if owned(ours, &entry.tags) => plan.changes.push(Change::new(
             Op::Delete,
             &resource,
             Action::DeleteEntry { principal },
@@ -206,10 +243,9 @@ fn aws_auth_api(ctx: &Context) -> Api<ConfigMap> {
     Api::namespaced(ctx.kube.clone(), AWS_AUTH_NAMESPACE)
 }
 
-async fn plan_mapping(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
-    let role_arn = node_role_arn(ctx);
-    let api = aws_auth_api(ctx);
-    let cm = api
+/// The node role's current `mapRoles` entry.
+async fn get_mapping(ctx: &Context, role_arn: &str) -> Result<Option<RoleMapping>> {
+    let cm = aws_auth_api(ctx)
         .get_opt(AWS_AUTH)
         .await
         .context("reading configmap kube-system/aws-auth")?;
@@ -217,7 +253,11 @@ async fn plan_mapping(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<
         Some(cm) => map_roles(cm)?,
         None => Vec::new(),
     };
-    let current = mappings.iter().find(|m| m.rolearn == role_arn);
+    Ok(mappings.into_iter().find(|m| m.rolearn == role_arn))
+}
+
+fn diff_mapping(role_arn: &str, current: Option<&RoleMapping>, goal: Goal, plan: &mut StepPlan) {
+    let role_arn = role_arn.to_string();
     let resource = "configmap kube-system/aws-auth";
     let wanted = node_mapping(&role_arn);
     match (goal, current) {
@@ -251,7 +291,6 @@ async fn plan_mapping(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<
         ),
         _ => {}
     }
-    Ok(())
 }
 
 /// Read, merge, write with the read's resourceVersion: a concurrent edit makes the write fail
@@ -345,5 +384,136 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         Action::DeleteEntry { principal } => delete_entry(ctx, principal).await,
         Action::MapRole { role_arn } => edit_mappings(ctx, role_arn, true).await,
         Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, false).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROLE: &str = "arn:aws:iam::1:role/KarpenterNodeRole-demo";
+
+    fn ours(adopt: bool) -> Ownership {
+        Ownership {
+            cluster: "demo".into(),
+            adopt,
+        }
+    }
+
+    fn entry(kind: &str, owned: bool) -> Observed {
+        Observed::Entry(Some(Entry {
+            kind: kind.into(),
+            arn: "arn:aws:eks:us-east-1:1:access-entry/demo/role/1/KarpenterNodeRole-demo/x".into(),
+            tags: if owned {
+                ours(false).tags()
+            } else {
+                BTreeMap::new()
+            },
+        }))
+    }
+
+    fn lines(plan: &StepPlan) -> Vec<String> {
+        plan.changes.iter().map(Change::to_string).collect()
+    }
+
+    #[test]
+    fn an_owned_ec2_linux_entry_or_the_node_mapping_is_in_sync() {
+        let plan = diff(ROLE, &entry(ENTRY_TYPE, true), &ours(false), Goal::Converge).unwrap();
+        assert!(plan.changes.is_empty() && plan.warnings.is_empty());
+        let mapped = Observed::Mapping(Some(node_mapping(ROLE)));
+        let plan = diff(ROLE, &mapped, &ours(false), Goal::Converge).unwrap();
+        assert!(plan.changes.is_empty(), "{:?}", lines(&plan));
+    }
+
+    #[test]
+    fn a_missing_entry_or_mapping_is_created() {
+        let plan = diff(ROLE, &Observed::Entry(None), &ours(false), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![format!("+ eks access entry {ROLE}  (type EC2_LINUX)")]
+        );
+        let plan = diff(ROLE, &Observed::Mapping(None), &ours(false), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![format!(
+                "+ configmap kube-system/aws-auth  mapRoles: {ROLE} as {NODE_USERNAME}"
+            )]
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_or_mapping_is_updated_by_field() {
+        let plan = diff(ROLE, &entry("STANDARD", true), &ours(false), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![format!(
+                "~ eks access entry {ROLE}  type: STANDARD → EC2_LINUX (replaced)"
+            )]
+        );
+        let mut mapping = node_mapping(ROLE);
+        mapping.groups = vec!["system:nodes".into()];
+        let plan = diff(
+            ROLE,
+            &Observed::Mapping(Some(mapping)),
+            &ours(false),
+            Goal::Converge,
+        )
+        .unwrap();
+        assert_eq!(plan.changes.len(), 1);
+        assert_eq!(
+            (plan.changes[0].op, plan.changes[0].field.as_deref()),
+            (Op::Update, Some("mapRoles"))
+        );
+    }
+
+    #[test]
+    fn a_foreign_entry_of_the_wrong_type_is_an_error_unless_adopted() {
+        let err = diff(
+            ROLE,
+            &entry("STANDARD", false),
+            &ours(false),
+            Goal::Converge,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("jointer did not create it"),
+            "{err}"
+        );
+        let plan = diff(ROLE, &entry("STANDARD", false), &ours(true), Goal::Converge).unwrap();
+        assert_eq!(plan.changes[0].field.as_deref(), Some("type"));
+    }
+
+    #[test]
+    fn a_foreign_ec2_linux_entry_is_used_with_a_warning_or_adopted() {
+        let plan = diff(
+            ROLE,
+            &entry(ENTRY_TYPE, false),
+            &ours(false),
+            Goal::Converge,
+        )
+        .unwrap();
+        assert!(plan.changes.is_empty());
+        assert_eq!(plan.warnings.len(), 1);
+        let plan = diff(ROLE, &entry(ENTRY_TYPE, false), &ours(true), Goal::Converge).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![format!(
+                "~ eks access entry {ROLE}  ownership tags: adopted (--adopt)"
+            )]
+        );
+    }
+
+    #[test]
+    fn teardown_deletes_an_owned_entry_and_the_mapping_but_not_a_foreign_entry() {
+        let plan = diff(ROLE, &entry(ENTRY_TYPE, true), &ours(false), Goal::Remove).unwrap();
+        assert_eq!(lines(&plan), vec![format!("- eks access entry {ROLE}")]);
+        let plan = diff(ROLE, &entry(ENTRY_TYPE, false), &ours(false), Goal::Remove).unwrap();
+        assert!(plan.changes.is_empty());
+        let mapped = Observed::Mapping(Some(node_mapping(ROLE)));
+        let plan = diff(ROLE, &mapped, &ours(false), Goal::Remove).unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec!["- configmap kube-system/aws-auth  mapRoles"]
+        );
     }
 }
