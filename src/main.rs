@@ -6,6 +6,7 @@
 // per command; boxing it everywhere would cost clarity for no measurable gain.
 #![allow(clippy::result_large_err)]
 
+mod api_versions;
 mod bootstrap;
 mod cluster;
 mod commands;

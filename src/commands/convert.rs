@@ -12,6 +12,7 @@ use jointer_controller::api::labels::{
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
+use crate::api_versions::{NODECLASS_V1, NODEPOOL_V1};
 use crate::input::diagnostics::{Diagnostic, InputErrors};
 use crate::input::documents::{read_stream, YamlStream};
 use crate::input::manifest::{read_object, type_of};
@@ -114,7 +115,7 @@ fn convert_nodepool(
     index: usize,
     rec: &mut Recorder,
 ) -> Option<(String, Value)> {
-    doc["apiVersion"] = key("karpenter.sh/v1");
+    doc["apiVersion"] = key(NODEPOOL_V1);
     rec.note("apiVersion karpenter.sh/v1beta1 → karpenter.sh/v1");
     convert_annotations(doc, rec);
 
@@ -186,7 +187,7 @@ fn convert_nodeclass(
     index: usize,
     rec: &mut Recorder,
 ) -> Result<(), String> {
-    doc["apiVersion"] = key("karpenter.k8s.aws/v1");
+    doc["apiVersion"] = key(NODECLASS_V1);
     rec.note("apiVersion karpenter.k8s.aws/v1beta1 → karpenter.k8s.aws/v1");
     convert_annotations(doc, rec);
     let Some(spec) = mapping_mut(doc, &["spec"]) else {
@@ -270,8 +271,8 @@ pub fn convert(files: &[PathBuf]) -> Result<Conversion, InputErrors> {
                         );
                     }
                 }
-                (Some("karpenter.sh/v1"), Some("NodePool"))
-                | (Some("karpenter.k8s.aws/v1"), Some("EC2NodeClass")) => {
+                (Some(NODEPOOL_V1), Some("NodePool"))
+                | (Some(NODECLASS_V1), Some("EC2NodeClass")) => {
                     rec.note("already v1, unchanged");
                 }
                 (Some(_), Some(_)) => convert_annotations(doc, &mut rec),
@@ -298,8 +299,7 @@ pub fn convert(files: &[PathBuf]) -> Result<Conversion, InputErrors> {
         for (index, doc) in check.documents.iter().enumerate() {
             let karpenter = matches!(
                 type_of(doc),
-                (Some("karpenter.sh/v1"), Some("NodePool"))
-                    | (Some("karpenter.k8s.aws/v1"), Some("EC2NodeClass"))
+                (Some(NODEPOOL_V1), Some("NodePool")) | (Some(NODECLASS_V1), Some("EC2NodeClass"))
             );
             if karpenter {
                 if let Err(InputErrors(mut p)) = read_object(&check, index) {
@@ -334,7 +334,7 @@ fn move_kubelets(
                 .converted
                 .iter_mut()
                 .find(|d| {
-                    type_of(d) == (Some("karpenter.k8s.aws/v1"), Some("EC2NodeClass"))
+                    type_of(d) == (Some(NODECLASS_V1), Some("EC2NodeClass"))
                         && object_id(d) == format!("EC2NodeClass/{}", moved.class)
                 })
                 .map(|d| (d, file))

@@ -126,6 +126,8 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    use crate::api_versions::NODEPOOL_V1;
+
     use jointer_controller::api::nodeclaim::NodeClaim;
     use jointer_controller::api::NodePool;
     use jointer_controller::scheduling::{
@@ -134,7 +136,7 @@ mod tests {
 
     fn pool(name: &str, budgets: serde_json::Value) -> Arc<NodePool> {
         serde_json::from_value::<NodePool>(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+            "apiVersion": NODEPOOL_V1, "kind": "NodePool", "metadata": {"name": name},
             "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
                      "disruption": {"budgets": budgets}}
         }))
@@ -157,7 +159,7 @@ mod tests {
             status = serde_json::json!({"capacity": {"cpu": "2", "memory": "8Gi"}});
         }
         let mut c: NodeClaim = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "apiVersion": NODEPOOL_V1, "kind": "NodeClaim",
             "metadata": {"name": name, "labels": labels},
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
             "status": status,

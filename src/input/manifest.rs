@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::diagnostics::{Diagnostic, InputErrors};
 use super::documents::YamlStream;
+use crate::api_versions::{NODECLASS_V1, NODEPOOL_V1};
 
 /// An object `render` and `convert` produce.
 #[derive(Debug, Clone, Serialize)]
@@ -82,8 +83,8 @@ fn check_name(name: &str) -> Result<(), String> {
 pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputErrors> {
     let value = &stream.documents[doc];
     let object = match type_of(value) {
-        (Some("karpenter.sh/v1"), Some("NodePool")) => Object::NodePool(stream.typed(doc)?),
-        (Some("karpenter.k8s.aws/v1"), Some("EC2NodeClass")) => {
+        (Some(NODEPOOL_V1), Some("NodePool")) => Object::NodePool(stream.typed(doc)?),
+        (Some(NODECLASS_V1), Some("EC2NodeClass")) => {
             Object::EC2NodeClass(stream.typed(doc)?)
         }
         (Some(api @ ("karpenter.sh/v1beta1" | "karpenter.k8s.aws/v1beta1")), _) => {
@@ -95,7 +96,7 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
             return Err(Diagnostic::error(
                 &stream.file,
                 format!(
-                    "unsupported object {}/{}: expected karpenter.sh/v1 NodePool or karpenter.k8s.aws/v1 EC2NodeClass",
+                    "unsupported object {}/{}: expected {NODEPOOL_V1} NodePool or {NODECLASS_V1} EC2NodeClass",
                     api.unwrap_or("<no apiVersion>"),
                     kind.unwrap_or("<no kind>")
                 ),

@@ -113,6 +113,22 @@ pub fn iam_tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {
         .collect()
 }
 
+/// Every item of a paginated IAM listing about role `$name`, all pages collected, or the
+/// error naming the call (`iam:$op $name`). A macro because each operation's paginator is its
+/// own type, and the stream they share is not nameable from here.
+macro_rules! all_for_role {
+    ($iam:expr, $method:ident, $op:literal, $name:expr) => {
+        $iam.$method()
+            .role_name($name)
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<Vec<_>, _>>()
+            .await
+            .map_err(|e| failed(&format!(concat!("iam:", $op, " {}"), $name), e))
+    };
+}
+
 pub async fn get_role(ctx: &Context, name: &str) -> Result<Option<Role>> {
     let iam = &ctx.aws.iam;
     let role = match iam.get_role().role_name(name).send().await {
@@ -128,33 +144,19 @@ pub async fn get_role(ctx: &Context, name: &str) -> Result<Option<Role>> {
         .send()
         .await
         .map_err(|e| failed(&format!("iam:ListRoleTags {name}"), e))?;
-    let attached = iam
-        .list_attached_role_policies()
-        .role_name(name)
-        .into_paginator()
-        .items()
-        .send()
-        .collect::<Result<Vec<_>, _>>()
-        .await
-        .map_err(|e| failed(&format!("iam:ListAttachedRolePolicies {name}"), e))?;
-    let inline = iam
-        .list_role_policies()
-        .role_name(name)
-        .into_paginator()
-        .items()
-        .send()
-        .collect::<Result<Vec<_>, _>>()
-        .await
-        .map_err(|e| failed(&format!("iam:ListRolePolicies {name}"), e))?;
-    let profiles = iam
-        .list_instance_profiles_for_role()
-        .role_name(name)
-        .into_paginator()
-        .items()
-        .send()
-        .collect::<Result<Vec<_>, _>>()
-        .await
-        .map_err(|e| failed(&format!("iam:ListInstanceProfilesForRole {name}"), e))?;
+    let attached = all_for_role!(
+        iam,
+        list_attached_role_policies,
+        "ListAttachedRolePolicies",
+        name
+    )?;
+    let inline = all_for_role!(iam, list_role_policies, "ListRolePolicies", name)?;
+    let profiles = all_for_role!(
+        iam,
+        list_instance_profiles_for_role,
+        "ListInstanceProfilesForRole",
+        name
+    )?;
     Ok(Some(Role {
         name: name.to_string(),
         tags: tag_map(tags.tags()),

@@ -12,11 +12,9 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
+use crate::api_versions::{NODECLASS_V1, NODEPOOL_V1};
 use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::cluster as live;
-
-pub const NODEPOOL_API: &str = "karpenter.sh/v1";
-pub const NODECLASS_API: &str = "karpenter.k8s.aws/v1";
 
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -34,7 +32,7 @@ impl From<Action> for crate::bootstrap::Action {
 
 pub fn pool_ref(name: &str) -> ObjectRef {
     ObjectRef {
-        api_version: NODEPOOL_API.into(),
+        api_version: NODEPOOL_V1.into(),
         kind: "NodePool".into(),
         namespace: None,
         name: name.into(),
@@ -43,7 +41,7 @@ pub fn pool_ref(name: &str) -> ObjectRef {
 
 pub fn class_ref(name: &str) -> ObjectRef {
     ObjectRef {
-        api_version: NODECLASS_API.into(),
+        api_version: NODECLASS_V1.into(),
         kind: "EC2NodeClass".into(),
         namespace: None,
         name: name.into(),
@@ -149,7 +147,7 @@ pub async fn controller_available(ctx: &Context) -> Result<bool> {
 
 async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
     let r = ObjectRef {
-        api_version: NODEPOOL_API.into(),
+        api_version: NODEPOOL_V1.into(),
         kind: "NodeClaim".into(),
         namespace: None,
         name: String::new(),
