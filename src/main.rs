@@ -281,6 +281,11 @@ fn options(adopt: bool, delete_crds: bool, timeout: Duration) -> Options {
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// What reading commands (status, explain, drift) run with.
+fn read_only() -> Options {
+    options(false, false, DEFAULT_TIMEOUT)
+}
+
 fn confirm(yes: bool) -> Confirm {
     if yes {
         Confirm::Yes
@@ -289,14 +294,19 @@ fn confirm(yes: bool) -> Confirm {
     }
 }
 
+/// Prints a command's result; the exit code is the command's to say.
+fn shown(output: Output, out: &impl output::Print, code: ExitCode) -> Result<ExitCode, Failure> {
+    output.print(out)?;
+    Ok(code)
+}
+
 fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
-    let read_only = || options(false, false, DEFAULT_TIMEOUT);
     match &cli.command {
         Command::Plan { target, adopt } => {
             let options = options(*adopt, false, DEFAULT_TIMEOUT);
             let (rt, ctx) = target.open(Templates::Render, options, output)?;
             let out = rt.block_on(run::observe(&ctx, Goal::Converge))?;
-            output.print(&out)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Apply {
             target,
@@ -305,39 +315,14 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
             wait,
             timeout,
         } => {
-            let options = options(*adopt, false, *timeout);
-            let (rt, ctx) = target.open(Templates::Render, options, output)?;
-            let planned = rt.block_on(run::observe(&ctx, Goal::Converge))?;
-            output.before_apply(&planned);
             let wait = if *wait { Wait::UntilReady } else { Wait::No };
-            let out = rt.block_on(run::apply(&ctx, planned, confirm(*yes), wait))?;
-            output.print(&out)?;
-            return Ok(out.exit_code());
-        }
-        Command::Explain { what } => {
-            let target = match what {
-                ExplainWhat::Pod { target, .. } | ExplainWhat::Node { target, .. } => target,
-            };
-            let (rt, ctx) = target.open(Templates::Skip, read_only(), output)?;
-            let out = match what {
-                ExplainWhat::Pod { pod, .. } => rt.block_on(commands::explain::pod(&ctx, pod))?,
-                ExplainWhat::Node { node, .. } => {
-                    rt.block_on(commands::explain::node(&ctx, node))?
-                }
-            };
-            output.print(&out)?;
-            return Ok(out.exit_code());
-        }
-        Command::Status { target } => {
-            let (rt, ctx) = target.open(Templates::Skip, read_only(), output)?;
-            let out = rt.block_on(commands::status::status(&ctx))?;
-            output.print(&out)?;
+            let options = options(*adopt, false, *timeout);
+            apply(target, options, confirm(*yes), wait, output)
         }
         Command::Drift { target } => {
             let (rt, ctx) = target.open(Templates::Render, read_only(), output)?;
             let out = rt.block_on(run::drift(&ctx))?;
-            output.print(&out)?;
-            return Ok(out.exit_code());
+            shown(output, &out, out.exit_code())
         }
         Command::Teardown {
             target,
@@ -347,31 +332,29 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
             timeout,
         } => {
             let options = options(false, *delete_crds, *timeout);
-            let (rt, ctx) = target.open(Templates::Skip, options, output)?;
-            let planned = rt.block_on(run::observe(&ctx, Goal::Remove))?;
-            if *dry_run {
-                output.print(&run::Preview(planned))?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            output.before_teardown(&planned);
-            let out = rt.block_on(run::teardown(&ctx, planned, confirm(*yes)))?;
-            output.print(&out)?;
-            return Ok(out.exit_code());
+            let asked = if *dry_run { None } else { Some(confirm(*yes)) };
+            teardown(target, options, asked, output)
         }
+        Command::Status { target } => {
+            let (rt, ctx) = target.open(Templates::Skip, read_only(), output)?;
+            let out = rt.block_on(commands::status::status(&ctx))?;
+            shown(output, &out, ExitCode::SUCCESS)
+        }
+        Command::Explain { what } => explain(what, output),
         Command::Init {
             cluster,
             region,
             file,
         } => {
             let out = commands::init::init(file, cluster, region)?;
-            output.print(&out)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Render {
             config: ConfigFile { file },
             what,
         } => {
             let out = commands::render::render(file, *what)?;
-            output.print(&out)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Lint {
             config: ConfigFile { file },
@@ -379,8 +362,7 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
             rules,
         } => {
             if *rules {
-                output.print(&commands::lint::rules())?;
-                return Ok(ExitCode::SUCCESS);
+                return shown(output, &commands::lint::rules(), ExitCode::SUCCESS);
             }
             let strictness = if *strict {
                 Strictness::Strict
@@ -388,8 +370,7 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
                 Strictness::Warn
             };
             let out = commands::lint::lint(file, strictness)?;
-            output.print(&out)?;
-            return Ok(out.exit_code());
+            shown(output, &out, out.exit_code())
         }
         Command::Simulate {
             file,
@@ -408,14 +389,14 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
                 use_cached_prices: !estimated_prices,
             };
             let out = commands::simulate::simulate(&args, &output)?;
-            output.print(&out)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Catalog {
             what: CatalogWhat::Refresh { region },
         } => {
             let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
             let out = runtime.block_on(commands::catalog::refresh(region, &output))?;
-            output.print(&out)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Bench {
             what:
@@ -427,15 +408,55 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
                 },
         } => {
             let out = commands::bench::run(*profile, *pods, *instance_types, *seed)?;
-            output.print(&out)?;
-            return Ok(out.exit_code());
+            shown(output, &out, out.exit_code())
         }
         Command::Convert { files } => {
             let out = commands::convert::convert(files)?;
-            output.print(&out)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// `apply`: the plan is shown before the question, the outcome after the changes.
+fn apply(
+    target: &Target,
+    options: Options,
+    confirm: Confirm,
+    wait: Wait,
+    output: Output,
+) -> Result<ExitCode, Failure> {
+    let (rt, ctx) = target.open(Templates::Render, options, output)?;
+    let planned = rt.block_on(run::observe(&ctx, Goal::Converge))?;
+    output.before_apply(&planned);
+    let out = rt.block_on(run::apply(&ctx, planned, confirm, wait))?;
+    shown(output, &out, out.exit_code())
+}
+
+/// `teardown`; without a `confirm` (`--dry-run`) only what would be removed.
+fn teardown(
+    target: &Target,
+    options: Options,
+    confirm: Option<Confirm>,
+    output: Output,
+) -> Result<ExitCode, Failure> {
+    let (rt, ctx) = target.open(Templates::Skip, options, output)?;
+    let planned = rt.block_on(run::observe(&ctx, Goal::Remove))?;
+    let Some(confirm) = confirm else {
+        return shown(output, &run::Preview(planned), ExitCode::SUCCESS);
+    };
+    output.before_teardown(&planned);
+    let out = rt.block_on(run::teardown(&ctx, planned, confirm))?;
+    shown(output, &out, out.exit_code())
+}
+
+fn explain(what: &ExplainWhat, output: Output) -> Result<ExitCode, Failure> {
+    let (ExplainWhat::Pod { target, .. } | ExplainWhat::Node { target, .. }) = what;
+    let (rt, ctx) = target.open(Templates::Skip, read_only(), output)?;
+    let out = match what {
+        ExplainWhat::Pod { pod, .. } => rt.block_on(commands::explain::pod(&ctx, pod))?,
+        ExplainWhat::Node { node, .. } => rt.block_on(commands::explain::node(&ctx, node))?,
+    };
+    shown(output, &out, out.exit_code())
 }
 
 fn main() -> ExitCode {

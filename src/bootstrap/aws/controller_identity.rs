@@ -270,39 +270,43 @@ pub fn diff(
             )?;
             converge_association(wanted, ours, observed.association.as_ref(), &mut plan)?;
         }
-        Goal::Remove => {
-            if let Some(a) = observed
-                .association
-                .as_ref()
-                .filter(|a| owned(ours, &a.tags))
-            {
-                plan.changes.push(association_delete(wanted, a));
-            }
-            if let Some(role) = role {
-                iam::remove_role(ours, role, &mut plan.changes);
-            }
-            for (p, observed) in policies {
-                if let Some(observed) = observed {
-                    iam::remove_policy(ours, &p.name, observed, &mut plan.changes);
-                }
-            }
-            if let Some((arn, _)) = observed.oidc.as_ref().filter(|(_, tags)| owned(ours, tags)) {
-                plan.changes.push(
-                    Change::new(
-                        Op::Delete,
-                        format!(
-                            "iam oidc provider {}",
-                            arn.rsplit_once("oidc-provider/")
-                                .map_or(arn.as_str(), |(_, h)| h)
-                        ),
-                        Action::DeleteOidcProvider { arn: arn.clone() },
-                    )
-                    .detail("created by jointer; IRSA roles of this cluster stop working"),
-                );
-            }
-        }
+        Goal::Remove => removal(wanted, observed, ours, &mut plan),
     }
     Ok(plan)
+}
+
+/// What goes on teardown, of what jointer owns: the association, the role (with its
+/// attachments), the policies, and the OIDC provider it created.
+fn removal(wanted: &Wanted, observed: &Observed, ours: &Ownership, plan: &mut StepPlan) {
+    if let Some(a) = observed
+        .association
+        .as_ref()
+        .filter(|a| owned(ours, &a.tags))
+    {
+        plan.changes.push(association_delete(wanted, a));
+    }
+    if let Some(role) = &observed.role {
+        iam::remove_role(ours, role, &mut plan.changes);
+    }
+    for (p, policy) in wanted.policies.iter().zip(&observed.policies) {
+        if let Some(policy) = policy {
+            iam::remove_policy(ours, &p.name, policy, &mut plan.changes);
+        }
+    }
+    if let Some((arn, _)) = observed.oidc.as_ref().filter(|(_, tags)| owned(ours, tags)) {
+        plan.changes.push(
+            Change::new(
+                Op::Delete,
+                format!(
+                    "iam oidc provider {}",
+                    arn.rsplit_once("oidc-provider/")
+                        .map_or(arn.as_str(), |(_, h)| h)
+                ),
+                Action::DeleteOidcProvider { arn: arn.clone() },
+            )
+            .detail("created by jointer; IRSA roles of this cluster stop working"),
+        );
+    }
 }
 
 fn association_resource(wanted: &Wanted) -> String {

@@ -285,40 +285,49 @@ pub fn diff(
                 converge_rule(ours, name, pattern, queue_arn, rule, &mut plan.changes)?;
             }
         }
-        Goal::Remove => {
-            for rule in rules.iter().flatten().filter(|r| owned(ours, &r.tags)) {
-                let resource = format!("eventbridge rule {}", rule.name);
-                if !rule.targets.is_empty() {
-                    plan.changes.push(
-                        Change::new(
-                            Op::Delete,
-                            &resource,
-                            Action::RemoveTargets {
-                                rule: rule.name.clone(),
-                                ids: rule.targets.keys().cloned().collect(),
-                            },
-                        )
-                        .field("targets"),
-                    );
-                }
-                plan.changes.push(Change::new(
-                    Op::Delete,
-                    &resource,
-                    Action::DeleteRule {
-                        name: rule.name.clone(),
-                    },
-                ));
-            }
-            if let Some(q) = queue.as_ref().filter(|q| owned(ours, &q.tags)) {
-                plan.changes.push(Change::new(
-                    Op::Delete,
-                    &queue_resource,
-                    Action::DeleteQueue { url: q.url.clone() },
-                ));
-            }
-        }
+        Goal::Remove => removal(observed, ours, &queue_resource, &mut plan),
     }
     Ok(plan)
+}
+
+/// What goes on teardown (or with interruption handling off): the rules jointer owns,
+/// their targets first, then its queue.
+fn removal(observed: &Observed, ours: &Ownership, queue_resource: &str, plan: &mut StepPlan) {
+    for rule in observed
+        .rules
+        .iter()
+        .flatten()
+        .filter(|r| owned(ours, &r.tags))
+    {
+        let resource = format!("eventbridge rule {}", rule.name);
+        if !rule.targets.is_empty() {
+            plan.changes.push(
+                Change::new(
+                    Op::Delete,
+                    &resource,
+                    Action::RemoveTargets {
+                        rule: rule.name.clone(),
+                        ids: rule.targets.keys().cloned().collect(),
+                    },
+                )
+                .field("targets"),
+            );
+        }
+        plan.changes.push(Change::new(
+            Op::Delete,
+            &resource,
+            Action::DeleteRule {
+                name: rule.name.clone(),
+            },
+        ));
+    }
+    if let Some(q) = observed.queue.as_ref().filter(|q| owned(ours, &q.tags)) {
+        plan.changes.push(Change::new(
+            Op::Delete,
+            queue_resource,
+            Action::DeleteQueue { url: q.url.clone() },
+        ));
+    }
 }
 
 /// How an attribute differs, if it does; the policy by statement.
