@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{execute, plan_step, Change, Context, Counts, Goal, Step, StepPlan};
 
 /// Observes every step, in `order`, against `goal`. Read-only.
-pub async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepPlan>> {
+async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepPlan>> {
     let mut steps = Vec::new();
     for step in order {
         steps.push(
@@ -32,9 +32,9 @@ fn needs_explicit_yes(change: &Change) -> bool {
     )
 }
 
-/// Runs every change in order, one line of progress each, except those `held` back. Stops at the first failure: every step re-observes, so running again picks up from
-/// there.
-pub async fn execute_plan(
+/// Runs every change in order, one line of progress each, except those `held` back. Stops
+/// at the first failure: every step re-observes, so running again picks up from there.
+async fn execute_plan(
     ctx: &Context,
     steps: &[StepPlan],
     held: &dyn Fn(&Change) -> bool,

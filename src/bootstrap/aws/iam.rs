@@ -209,6 +209,7 @@ pub async fn get_policy(ctx: &Context, arn: &str) -> Result<Option<Policy>> {
 }
 
 /// What a role should be.
+#[derive(Debug, Clone)]
 pub struct DesiredRole {
     pub name: String,
     pub description: String,

@@ -145,6 +145,11 @@ pub async fn controller_available(ctx: &Context) -> Result<bool> {
         > 0)
 }
 
+/// Lists only what belongs to `pool`: the controller labels its NodeClaims and nodes with it.
+fn in_pool(pool: &str) -> ListParams {
+    ListParams::default().labels(&format!("{NODEPOOL}={pool}"))
+}
+
 async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
     let r = ObjectRef {
         api_version: NODEPOOL_V1.into(),
@@ -155,22 +160,12 @@ async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
     let Some(api) = kube_objects::api_for(ctx, &r).await? else {
         return Ok(0);
     };
-    let selector = format!("{NODEPOOL}={pool}");
-    Ok(api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .len())
+    Ok(api.list(&in_pool(pool)).await?.items.len())
 }
 
 async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
     let api: Api<Node> = Api::all(ctx.kube.clone());
-    let selector = format!("{NODEPOOL}={pool}");
-    Ok(api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .len())
+    Ok(api.list(&in_pool(pool)).await?.items.len())
 }
 
 async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
