@@ -241,43 +241,76 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// The change (if any) that makes the cluster hold `desired`; `desired` already carries the
-/// ownership labels. An object jointer does not own stops the run unless `--adopt`.
-pub async fn converge(ctx: &Context, desired: Value, changes: &mut Vec<Change>) -> Result<()> {
-    let r = ObjectRef::of(&desired)?;
-    let resource = r.label();
+/// One object as the cluster holds it, against what jointer would apply.
+#[derive(Debug, Clone)]
+pub enum Observed {
+    /// Its kind is not installed yet (its CRD is applied first).
+    NoKind,
+    Missing,
+    /// There, and neither jointer's nor to be adopted: not looked at further.
+    Foreign {
+        live: Value,
+    },
+    /// There; `after` is the server's dry run of applying the desired object, so defaults
+    /// and other managers' fields do not count as drift.
+    Live {
+        live: Value,
+        after: Value,
+    },
+}
+
+/// Reads the object `desired` names and, when jointer may change it, dry-runs the apply.
+pub async fn observe(ctx: &Context, desired: &Value) -> Result<Observed> {
+    let r = ObjectRef::of(desired)?;
     let Some(api) = api_for(ctx, &r).await? else {
-        changes.push(
-            Change::new(Op::Create, resource, Action::Apply { object: desired })
-                .detail("its kind is installed first"),
-        );
-        return Ok(());
+        return Ok(Observed::NoKind);
     };
     let Some(live) = get(&api, &r).await? else {
-        changes.push(Change::new(
-            Op::Create,
-            resource,
-            Action::Apply { object: desired },
-        ));
-        return Ok(());
+        return Ok(Observed::Missing);
     };
-    let ours = is_ours(&live);
-    if !ours && !ctx.adopt() {
-        bail!(
+    if !is_ours(&live) && !ctx.adopt() {
+        return Ok(Observed::Foreign { live });
+    }
+    let after = apply(&api, desired, true).await?;
+    Ok(Observed::Live { live, after })
+}
+
+/// The pure diff: the change (if any) that makes the cluster hold `desired`, which already
+/// carries the ownership labels. An object jointer does not own stops the run (`observe`
+/// only reports one as `Live` when adopting).
+pub fn diff(desired: Value, observed: &Observed) -> Result<Option<Change>> {
+    let resource = ObjectRef::of(&desired)?.label();
+    let apply = |desired| Action::Apply { object: desired };
+    Ok(match observed {
+        Observed::NoKind => Some(
+            Change::new(Op::Create, resource, apply(desired))
+                .detail("its kind is installed first"),
+        ),
+        Observed::Missing => Some(Change::new(Op::Create, resource, apply(desired))),
+        Observed::Foreign { live } => bail!(
             "{resource} already exists and jointer does not manage it ({}): remove it, or re-run with --adopt to take it over",
-            manager(&live)
-        );
-    }
-    let after = apply(&api, &desired, true).await?;
-    let diffs = differences(&live, &after);
-    if !diffs.is_empty() {
-        let (field, detail) = summarize(&diffs, ours);
-        changes.push(
-            Change::new(Op::Update, resource, Action::Apply { object: desired })
-                .field(field)
-                .detail(detail),
-        );
-    }
+            manager(live)
+        ),
+        Observed::Live { live, after } => {
+            let diffs = differences(live, after);
+            if diffs.is_empty() {
+                None
+            } else {
+                let (field, detail) = summarize(&diffs, is_ours(live));
+                Some(
+                    Change::new(Op::Update, resource, apply(desired))
+                        .field(field)
+                        .detail(detail),
+                )
+            }
+        }
+    })
+}
+
+/// Observes and diffs one object into `changes`.
+pub async fn converge(ctx: &Context, desired: Value, changes: &mut Vec<Change>) -> Result<()> {
+    let observed = observe(ctx, &desired).await?;
+    changes.extend(diff(desired, &observed)?);
     Ok(())
 }
 
@@ -364,6 +397,85 @@ mod tests {
             vec!["spec.limits.cpu: 2000 → 1000", "spec.list[1]: 2 → 3"]
         );
         assert!(differences(&live, &live).is_empty());
+    }
+
+    fn pool(cpu: &str, owner: Option<&str>) -> Value {
+        let mut pool = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "general"}, "spec": {"limits": {"cpu": cpu}}});
+        if let Some(owner) = owner {
+            pool["metadata"]["labels"] = json!({ MANAGED_BY_LABEL: owner });
+        }
+        pool
+    }
+
+    fn lines(change: Option<Change>) -> Option<String> {
+        change.map(|c| c.to_string())
+    }
+
+    #[test]
+    fn a_missing_object_is_created_even_before_its_kind_exists() {
+        let desired = pool("1000", Some(MANAGED_BY));
+        assert_eq!(
+            lines(diff(desired.clone(), &Observed::Missing).unwrap()).as_deref(),
+            Some("+ NodePool general")
+        );
+        assert_eq!(
+            lines(diff(desired, &Observed::NoKind).unwrap()).as_deref(),
+            Some("+ NodePool general  (its kind is installed first)")
+        );
+    }
+
+    #[test]
+    fn a_changed_field_is_an_update_naming_it_and_an_unchanged_object_is_no_change() {
+        let live = pool("2000", Some(MANAGED_BY));
+        let after = pool("1000", Some(MANAGED_BY));
+        let changed = Observed::Live {
+            live: live.clone(),
+            after,
+        };
+        assert_eq!(
+            lines(diff(pool("1000", Some(MANAGED_BY)), &changed).unwrap()).as_deref(),
+            Some("~ NodePool general  spec.limits.cpu: 2000 → 1000")
+        );
+        let same = Observed::Live {
+            live: live.clone(),
+            after: live,
+        };
+        assert!(diff(pool("2000", Some(MANAGED_BY)), &same)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn an_object_jointer_does_not_manage_is_an_error_unless_adopted() {
+        let live = pool("2000", Some("Helm"));
+        let err = diff(
+            pool("1000", Some(MANAGED_BY)),
+            &Observed::Foreign { live: live.clone() },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "NodePool general already exists and jointer does not manage it (it is labelled {MANAGED_BY_LABEL}=Helm)"
+            )),
+            "{err}"
+        );
+        // Adopting: observed as Live, and the change says so.
+        let adopted = Observed::Live {
+            live,
+            after: pool("1000", Some(MANAGED_BY)),
+        };
+        let change = diff(pool("1000", Some(MANAGED_BY)), &adopted)
+            .unwrap()
+            .unwrap();
+        assert!(
+            change
+                .detail
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("adopted (--adopt); "),
+            "{change}"
+        );
     }
 
     #[test]
