@@ -169,11 +169,22 @@ pub async fn pod(ctx: &Context, target: &str) -> Result<Explanation> {
         });
     }
     let (snap, types_of_class) = cluster_state(ctx).await?;
-    let mut built = snapshot::build(&snap, &types_of_class);
+    Ok(pending(&pod, key, shown, &snap, &types_of_class))
+}
+
+/// Why an unbound pod waits, from a solve over the objects the controller decides with.
+fn pending(
+    pod: &Pod,
+    key: PodKey,
+    shown: String,
+    snap: &Snapshot,
+    types_of_class: &TypesOfClass,
+) -> Explanation {
+    let mut built = snapshot::build(snap, types_of_class);
     // A pod kube-scheduler has not given up on yet is explained all the same.
-    let waiting_on_scheduler = !is_provisionable(&pod);
+    let waiting_on_scheduler = !is_provisionable(pod);
     if waiting_on_scheduler {
-        built.problem.pods.push(SchedPod::from_k8s(&pod, None));
+        built.problem.pods.push(SchedPod::from_k8s(pod, None));
     }
     let plan = solve(&built.problem);
     let skipped = || {
@@ -203,12 +214,12 @@ pub async fn pod(ctx: &Context, target: &str) -> Result<Explanation> {
         } else {
             format!("fits on node {node} as it is now: kube-scheduler should place it{note}")
         };
-        return Ok(Explanation {
+        return Explanation {
             pod: shown,
             verdict: Verdict::ExistingCapacity,
             message,
             reasons: vec![],
-        });
+        };
     }
     if let Some(planned) = plan.nodeclaims.iter().find(|n| n.pods.contains(&key)) {
         let choice = planned
@@ -223,7 +234,7 @@ pub async fn pod(ctx: &Context, target: &str) -> Result<Explanation> {
                 )
             })
             .unwrap_or_default();
-        return Ok(Explanation {
+        return Explanation {
             pod: shown,
             verdict: Verdict::NewNodeClaim,
             message: format!(
@@ -232,7 +243,7 @@ pub async fn pod(ctx: &Context, target: &str) -> Result<Explanation> {
                 planned.pods.len().saturating_sub(1)
             ),
             reasons: skipped(),
-        });
+        };
     }
     let unschedulable = plan.unschedulable.iter().find(|u| u.pod == key);
     let mut reasons: Vec<PoolReason> = unschedulable
@@ -252,10 +263,38 @@ pub async fn pod(ctx: &Context, target: &str) -> Result<Explanation> {
     } else {
         format!("no NodePool can launch a node for it{note}")
     };
-    Ok(Explanation {
+    Explanation {
         pod: shown,
         verdict: Verdict::Unschedulable,
         message,
         reasons,
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_pod_without_any_nodepool_is_unschedulable_and_exits_3() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        }))
+        .unwrap();
+        let key = PodKey {
+            namespace: "default".into(),
+            name: "web".into(),
+        };
+        let e = pending(
+            &pod,
+            key,
+            "default/web".into(),
+            &Snapshot::default(),
+            &TypesOfClass::new(),
+        );
+        assert_eq!(e.verdict, Verdict::Unschedulable);
+        assert_eq!(e.message, "no NodePool exists");
+        assert_eq!(e.exit_code(), std::process::ExitCode::from(3));
+    }
 }
