@@ -56,24 +56,30 @@ async fn live_instances(ctx: &Context) -> Result<Vec<String>> {
         .collect())
 }
 
-pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
-    let mut plan = StepPlan::new(Step::Sweep);
-    if goal == Goal::Converge {
-        return Ok(plan); // garbage collection is the controller's job while it runs
-    }
+/// A launch template the controller made.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub id: String,
+    pub name: String,
+}
+
+/// An instance profile the controller made, and the roles still in it.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub roles: Vec<String>,
+}
+
+/// What the controller left on AWS for this cluster.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub instances: Vec<String>,
+    pub templates: Vec<Template>,
+    pub profiles: Vec<Profile>,
+}
+
+async fn observe(ctx: &Context) -> Result<Observed> {
     let instances = live_instances(ctx).await?;
-    if !instances.is_empty() {
-        plan.changes.push(
-            Change::new(
-                Op::Delete,
-                format!("ec2 instances of cluster {}", ctx.cluster.name),
-                Action::Terminate {
-                    ids: instances.clone(),
-                },
-            )
-            .detail(instances.join(", ")),
-        );
-    }
     let templates = ctx
         .aws
         .ec2
@@ -89,18 +95,16 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         .send()
         .collect::<Result<Vec<_>, _>>()
         .await
-        .map_err(|e| failed("ec2:DescribeLaunchTemplates", e))?;
-    for t in templates {
-        let id = t.launch_template_id().unwrap_or_default().to_string();
-        plan.changes.push(Change::new(
-            Op::Delete,
-            format!(
-                "ec2 launch template {}",
-                t.launch_template_name().unwrap_or(&id)
-            ),
-            Action::DeleteLaunchTemplate { id },
-        ));
-    }
+        .map_err(|e| failed("ec2:DescribeLaunchTemplates", e))?
+        .into_iter()
+        .map(|t| {
+            let id = t.launch_template_id().unwrap_or_default().to_string();
+            Template {
+                name: t.launch_template_name().unwrap_or(&id).to_string(),
+                id,
+            }
+        })
+        .collect();
     let profiles = ctx
         .aws
         .iam
@@ -111,31 +115,80 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         .send()
         .collect::<Result<Vec<_>, _>>()
         .await
-        .map_err(|e| failed("iam:ListInstanceProfiles", e))?;
-    for p in profiles {
-        let name = p.instance_profile_name().to_string();
-        let resource = format!("iam instance profile {name}");
-        for role in p.roles() {
+        .map_err(|e| failed("iam:ListInstanceProfiles", e))?
+        .into_iter()
+        .map(|p| Profile {
+            name: p.instance_profile_name().to_string(),
+            roles: p
+                .roles()
+                .iter()
+                .map(|r| r.role_name().to_string())
+                .collect(),
+        })
+        .collect();
+    Ok(Observed {
+        instances,
+        templates,
+        profiles,
+    })
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    if goal == Goal::Converge {
+        // Garbage collection is the controller's job while it runs.
+        return Ok(StepPlan::new(Step::Sweep));
+    }
+    Ok(diff(&ctx.cluster.name, &observe(ctx).await?))
+}
+
+/// The pure diff of a teardown: everything found goes; instances first (they use the
+/// templates and profiles), roles out of the profiles before the profiles.
+pub fn diff(cluster: &str, observed: &Observed) -> StepPlan {
+    let mut plan = StepPlan::new(Step::Sweep);
+    if !observed.instances.is_empty() {
+        plan.changes.push(
+            Change::new(
+                Op::Delete,
+                format!("ec2 instances of cluster {cluster}"),
+                Action::Terminate {
+                    ids: observed.instances.clone(),
+                },
+            )
+            .detail(observed.instances.join(", ")),
+        );
+    }
+    for t in &observed.templates {
+        plan.changes.push(Change::new(
+            Op::Delete,
+            format!("ec2 launch template {}", t.name),
+            Action::DeleteLaunchTemplate { id: t.id.clone() },
+        ));
+    }
+    for p in &observed.profiles {
+        let resource = format!("iam instance profile {}", p.name);
+        for role in &p.roles {
             plan.changes.push(
                 Change::new(
                     Op::Delete,
                     &resource,
                     iam::Action::RemoveFromInstanceProfile {
-                        role: role.role_name().to_string(),
-                        profile: name.clone(),
+                        role: role.clone(),
+                        profile: p.name.clone(),
                     },
                 )
                 .field("role")
-                .detail(role.role_name().to_string()),
+                .detail(role.clone()),
             );
         }
         plan.changes.push(Change::new(
             Op::Delete,
             &resource,
-            iam::Action::DeleteInstanceProfile { name },
+            iam::Action::DeleteInstanceProfile {
+                name: p.name.clone(),
+            },
         ));
     }
-    Ok(plan)
+    plan
 }
 
 pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
@@ -180,4 +233,43 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_left_means_no_change() {
+        assert!(diff("demo", &Observed::default()).changes.is_empty());
+    }
+
+    #[test]
+    fn what_the_controller_left_goes_instances_first_and_roles_out_of_profiles_first() {
+        let observed = Observed {
+            instances: vec!["i-1".into(), "i-2".into()],
+            templates: vec![Template {
+                id: "lt-1".into(),
+                name: "karpenter.k8s.aws/123".into(),
+            }],
+            profiles: vec![Profile {
+                name: "demo_456".into(),
+                roles: vec!["KarpenterNodeRole-demo".into()],
+            }],
+        };
+        let lines: Vec<String> = diff("demo", &observed)
+            .changes
+            .iter()
+            .map(Change::to_string)
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                "- ec2 instances of cluster demo  (i-1, i-2)",
+                "- ec2 launch template karpenter.k8s.aws/123",
+                "- iam instance profile demo_456  role: KarpenterNodeRole-demo",
+                "- iam instance profile demo_456",
+            ]
+        );
+    }
 }
