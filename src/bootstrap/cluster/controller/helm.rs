@@ -94,58 +94,85 @@ fn release(ctx: &Context) -> Result<Option<Value>> {
     Ok(releases.into_iter().next())
 }
 
+/// The release as Helm lists it and, when it is installed and the goal is to converge, the
+/// values it was installed with.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub release: Option<Value>,
+    pub values: Value,
+}
+
+fn observe(ctx: &Context, goal: Goal) -> Result<Observed> {
+    let release = release(ctx)?;
+    let values = if goal == Goal::Converge && release.is_some() {
+        serde_json::from_str(&run_ok(
+            ctx,
+            &["get", "values", HELM_RELEASE, "-o", "json"],
+        )?)
+        .unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    };
+    Ok(Observed { release, values })
+}
+
+/// What the config wants of the release: its values, the chart version it pins and how the
+/// chart reads in a plan.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    pub resource: String,
+    pub values: Value,
+    pub version: Option<String>,
+    pub chart: String,
+}
+
 pub async fn plan(ctx: &Context, goal: Goal, plan: &mut StepPlan) -> Result<()> {
-    let resource = format!(
-        "helm release {}/{HELM_RELEASE}",
-        ctx.config.controller.namespace
-    );
-    let installed = release(ctx)?;
-    let desired = values(ctx);
-    match (goal, installed) {
-        (Goal::Converge, None) => plan.changes.push(
-            Change::new(
-                Op::Create,
-                &resource,
-                Action::UpgradeInstall { values: desired },
-            )
-            .detail(chart_detail(ctx)),
+    let wanted = Wanted {
+        resource: format!(
+            "helm release {}/{HELM_RELEASE}",
+            ctx.config.controller.namespace
         ),
+        values: values(ctx),
+        version: ctx.config.controller.helm.version.clone(),
+        chart: chart_detail(ctx),
+    };
+    let observed = observe(ctx, goal)?;
+    plan.changes.extend(diff(&wanted, &observed, goal));
+    Ok(())
+}
+
+/// The pure diff: install, upgrade (values, a failed status or another chart version), or
+/// uninstall.
+pub fn diff(wanted: &Wanted, observed: &Observed, goal: Goal) -> Option<Change> {
+    let resource = &wanted.resource;
+    let upgrade = || Action::UpgradeInstall {
+        values: wanted.values.clone(),
+    };
+    match (goal, &observed.release) {
+        (Goal::Converge, None) => {
+            Some(Change::new(Op::Create, resource, upgrade()).detail(wanted.chart.clone()))
+        }
         (Goal::Converge, Some(release)) => {
-            let current: Value = serde_json::from_str(&run_ok(
-                ctx,
-                &["get", "values", HELM_RELEASE, "-o", "json"],
-            )?)
-            .unwrap_or(Value::Null);
-            let mut why = differences(&current, &desired);
+            let mut why = differences(&observed.values, &wanted.values);
             let status = release["status"].as_str().unwrap_or("");
             if status != "deployed" {
                 why.push(format!("status: {status} → deployed"));
             }
-            if let Some(version) = &ctx.config.controller.helm.version {
+            if let Some(version) = &wanted.version {
                 let chart = release["chart"].as_str().unwrap_or("");
                 if !chart.ends_with(&format!("-{version}")) {
                     why.push(format!("chart: {chart} → version {version}"));
                 }
             }
-            if !why.is_empty() {
-                plan.changes.push(
-                    Change::new(
-                        Op::Update,
-                        &resource,
-                        Action::UpgradeInstall { values: desired },
-                    )
+            (!why.is_empty()).then(|| {
+                Change::new(Op::Update, resource, upgrade())
                     .field("values")
-                    .detail(why.join("; ")),
-                );
-            }
+                    .detail(why.join("; "))
+            })
         }
-        (Goal::Remove, Some(_)) => {
-            plan.changes
-                .push(Change::new(Op::Delete, &resource, Action::Uninstall));
-        }
-        (Goal::Remove, None) => {}
+        (Goal::Remove, Some(_)) => Some(Change::new(Op::Delete, resource, Action::Uninstall)),
+        (Goal::Remove, None) => None,
     }
-    Ok(())
 }
 
 fn chart_detail(ctx: &Context) -> String {
@@ -191,4 +218,69 @@ fn values_file(values: &Value) -> Result<tempfile::NamedTempFile> {
     std::io::Write::write_all(&mut file, serde_json::to_string_pretty(values)?.as_bytes())
         .context("writing the helm values file")?;
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted() -> Wanted {
+        Wanted {
+            resource: "helm release kube-system/karpenter".into(),
+            values: json!({"settings": {"clusterName": "demo"}, "replicas": 2}),
+            version: Some("1.6.0".into()),
+            chart: "oci://public.ecr.aws/karpenter/karpenter 1.6.0".into(),
+        }
+    }
+
+    fn installed(status: &str, chart: &str, values: Value) -> Observed {
+        Observed {
+            release: Some(json!({"name": "karpenter", "status": status, "chart": chart})),
+            values,
+        }
+    }
+
+    fn line(change: Option<Change>) -> Option<String> {
+        change.map(|c| c.to_string())
+    }
+
+    #[test]
+    fn a_deployed_release_with_the_wanted_values_and_version_is_in_sync() {
+        let w = wanted();
+        let world = installed("deployed", "karpenter-1.6.0", w.values.clone());
+        assert!(diff(&w, &world, Goal::Converge).is_none());
+    }
+
+    #[test]
+    fn a_missing_release_is_installed() {
+        assert_eq!(
+            line(diff(&wanted(), &Observed::default(), Goal::Converge)).as_deref(),
+            Some("+ helm release kube-system/karpenter  (oci://public.ecr.aws/karpenter/karpenter 1.6.0)")
+        );
+    }
+
+    #[test]
+    fn changed_values_a_failed_status_or_another_version_upgrade_it() {
+        let w = wanted();
+        let world = installed(
+            "failed",
+            "karpenter-1.5.0",
+            json!({"settings": {"clusterName": "demo"}, "replicas": 1}),
+        );
+        assert_eq!(
+            line(diff(&w, &world, Goal::Converge)).as_deref(),
+            Some("~ helm release kube-system/karpenter  values: replicas: 1 → 2; status: failed → deployed; chart: karpenter-1.5.0 → version 1.6.0")
+        );
+    }
+
+    #[test]
+    fn teardown_uninstalls_an_installed_release() {
+        let w = wanted();
+        let world = installed("deployed", "karpenter-1.6.0", Value::Null);
+        assert_eq!(
+            line(diff(&w, &world, Goal::Remove)).as_deref(),
+            Some("- helm release kube-system/karpenter")
+        );
+        assert!(diff(&w, &Observed::default(), Goal::Remove).is_none());
+    }
 }
