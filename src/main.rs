@@ -1,36 +1,33 @@
 //! `jointer`: Karpenter-style node autoscaling on EKS as reproducible, drift-checked
-//! infrastructure. This file only wires the commands; each lives in its own module.
+//! infrastructure. This file holds the command line and its dispatch: each command returns a
+//! value (`commands`, `bootstrap::run`) that `output` prints.
 
 // A `Diagnostic` (file, location, field, message) travels only on the input-error path, once
 // per command; boxing it everywhere would cost clarity for no measurable gain.
 #![allow(clippy::result_large_err)]
 
-mod bench;
+mod api_versions;
 mod bootstrap;
-mod config;
-mod convert;
-mod diagnostics;
-mod documents;
-mod explain;
-mod init;
-mod lint;
-mod manifest;
-mod node_templates;
-mod prices;
-mod render;
-mod simulate;
-mod source_map;
-mod status;
-mod workload;
+mod cluster;
+mod commands;
+mod failure;
+mod input;
+mod output;
+mod progress;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use serde_json::json;
+use clap::{Parser, Subcommand};
 
-use diagnostics::{Diagnostic, InputErrors, Severity};
+use bootstrap::run::{self, Confirm, Wait};
+use bootstrap::{Goal, Options, Templates};
+use commands::bench::Profile;
+use commands::lint::Strictness;
+use commands::render::What;
+use failure::Failure;
+use output::{Format, Output};
 
 #[derive(Parser)]
 #[command(
@@ -40,8 +37,8 @@ use diagnostics::{Diagnostic, InputErrors, Severity};
 )]
 struct Cli {
     /// Output format: text for people, json for CI.
-    #[arg(long, short, global = true, value_enum, default_value_t = Output::Text)]
-    output: Output,
+    #[arg(long, short, global = true, value_enum, default_value_t = Format::Text)]
+    output: Format,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,27 +67,11 @@ struct Target {
     context: Option<String>,
 }
 
-fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+fn parse_seconds(s: &str) -> Result<Duration, String> {
     s.trim_end_matches('s')
         .parse::<u64>()
-        .map(std::time::Duration::from_secs)
+        .map(Duration::from_secs)
         .map_err(|_| format!("{s:?} is not a number of seconds"))
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
-    Text,
-    Json,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum What {
-    /// The EC2NodeClass and NodePool objects rendered from the templates.
-    Nodes,
-    /// The CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass.
-    Crds,
-    /// Both.
-    All,
 }
 
 #[derive(Subcommand)]
@@ -183,7 +164,7 @@ enum Command {
         wait: bool,
         /// How long --wait waits.
         #[arg(long, value_parser = parse_seconds, default_value = "600")]
-        timeout: std::time::Duration,
+        timeout: Duration,
     },
     /// Compare AWS and the cluster with the config: exit 0 in sync, 2 on drift, 1 on error.
     Drift {
@@ -206,7 +187,7 @@ enum Command {
         delete_crds: bool,
         /// How long to wait for nodes to drain and instances to terminate.
         #[arg(long, value_parser = parse_seconds, default_value = "900")]
-        timeout: std::time::Duration,
+        timeout: Duration,
     },
     /// Each NodePool's nodes, capacity and $/hour now, what its disruption budgets allow right
     /// now, and whether each EC2NodeClass is Ready.
@@ -260,8 +241,8 @@ enum CatalogWhat {
 enum BenchWhat {
     /// One solve of the provisioning scheduler.
     Scheduling {
-        #[arg(long, value_enum, default_value_t = bench::Profile::Upstream)]
-        profile: bench::Profile,
+        #[arg(long, value_enum, default_value_t = Profile::Upstream)]
+        profile: Profile,
         #[arg(long, default_value_t = 5000)]
         pods: usize,
         /// Synthetic instance types (upstream profile only).
@@ -272,107 +253,60 @@ enum BenchWhat {
     },
 }
 
-/// How a command ended: printed output, diagnostics, exit code.
-enum Failure {
-    Input(InputErrors),
-    Other(anyhow::Error),
-}
-
-impl From<InputErrors> for Failure {
-    fn from(e: InputErrors) -> Self {
-        Failure::Input(e)
+impl Target {
+    /// Reads the inputs and connects to the cluster (see `bootstrap::open`).
+    fn open(
+        &self,
+        templates: Templates,
+        options: Options,
+        output: Output,
+    ) -> Result<(tokio::runtime::Runtime, bootstrap::Context), Failure> {
+        bootstrap::open(
+            &self.config.file,
+            self.context.clone(),
+            templates,
+            options,
+            Box::new(output),
+        )
     }
 }
 
-impl From<anyhow::Error> for Failure {
-    fn from(e: anyhow::Error) -> Self {
-        Failure::Other(e)
-    }
-}
-
-impl From<serde_yaml::Error> for Failure {
-    fn from(e: serde_yaml::Error) -> Self {
-        Failure::Other(e.into())
-    }
-}
-
-impl From<serde_json::Error> for Failure {
-    fn from(e: serde_json::Error) -> Self {
-        Failure::Other(e.into())
-    }
-}
-
-fn print_diagnostics(diagnostics: &[Diagnostic]) {
-    let mut err = std::io::stderr().lock();
-    for d in diagnostics {
-        let _ = writeln!(err, "{d}");
-    }
-}
-
-fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), Failure> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
-}
-
-fn crds_yaml() -> Result<String, Failure> {
-    let mut out = String::new();
-    for (_, crd) in jointer_controller::crds::all() {
-        out.push_str("---\n");
-        out.push_str(&jointer_controller::crds::to_yaml(&crd)?);
-    }
-    Ok(out)
-}
-
-/// Config and templates are read and validated before any AWS call; then the cluster is
-/// described once. Teardown skips the templates: a broken template must not keep anyone from
-/// removing what was applied.
-fn bootstrap_context(
-    target: &Target,
-    with_templates: bool,
-    options: bootstrap::Options,
-) -> Result<(tokio::runtime::Runtime, bootstrap::Context), Failure> {
-    let loaded = config::load(&target.config.file)?;
-    let (node_objects, spot_allowed) = if with_templates {
-        let nodes = render::node_objects(&loaded)?;
-        let objects = nodes
-            .objects
-            .iter()
-            .map(|o| serde_json::to_value(&o.object))
-            .collect::<Result<Vec<_>, _>>()?;
-        (objects, lint::spot_allowed(&nodes))
-    } else {
-        (Vec::new(), false)
-    };
-    let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
-    let inputs = bootstrap::Inputs {
-        config_dir: loaded.base_dir().to_path_buf(),
-        config: loaded.config,
-        node_objects,
-        spot_allowed,
-        kube_context: target.context.clone(),
-        options,
-    };
-    let ctx = runtime.block_on(bootstrap::Context::connect(inputs))?;
-    Ok((runtime, ctx))
-}
-
-fn options(adopt: bool, delete_crds: bool, timeout: std::time::Duration) -> bootstrap::Options {
-    bootstrap::Options {
+fn options(adopt: bool, delete_crds: bool, timeout: Duration) -> Options {
+    Options {
         adopt,
         delete_crds,
         timeout,
     }
 }
 
-const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn run(cli: &Cli) -> Result<ExitCode, Failure> {
-    let json = cli.output == Output::Json;
+/// What reading commands (status, explain, drift) run with.
+fn read_only() -> Options {
+    options(false, false, DEFAULT_TIMEOUT)
+}
+
+fn confirm(yes: bool) -> Confirm {
+    if yes {
+        Confirm::Yes
+    } else {
+        Confirm::Ask
+    }
+}
+
+/// Prints a command's result; the exit code is the command's to say.
+fn shown(output: Output, out: &impl output::Print, code: ExitCode) -> Result<ExitCode, Failure> {
+    output.print(out)?;
+    Ok(code)
+}
+
+fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
     match &cli.command {
         Command::Plan { target, adopt } => {
-            let (rt, ctx) =
-                bootstrap_context(target, true, options(*adopt, false, DEFAULT_TIMEOUT))?;
-            rt.block_on(bootstrap::run::cmd_plan(&ctx, json))?;
+            let options = options(*adopt, false, DEFAULT_TIMEOUT);
+            let (rt, ctx) = target.open(Templates::Render, options, output)?;
+            let out = rt.block_on(run::observe(&ctx, Goal::Converge))?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Apply {
             target,
@@ -381,46 +315,14 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             wait,
             timeout,
         } => {
-            let (rt, ctx) = bootstrap_context(target, true, options(*adopt, false, *timeout))?;
-            if !rt.block_on(bootstrap::run::cmd_apply(&ctx, *yes, *wait, json))? {
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-        Command::Explain { what } => {
-            let target = match what {
-                ExplainWhat::Pod { target, .. } | ExplainWhat::Node { target, .. } => target,
-            };
-            let (rt, ctx) =
-                bootstrap_context(target, false, options(false, false, DEFAULT_TIMEOUT))?;
-            let explained = match what {
-                ExplainWhat::Pod { pod, .. } => rt.block_on(explain::explain_pod(&ctx, pod))?,
-                ExplainWhat::Node { node, .. } => rt.block_on(explain::explain_node(&ctx, node))?,
-            };
-            if json {
-                print_json(&explained)?;
-            } else {
-                explain::print(&explained);
-            }
-            if explained.verdict == "unschedulable" {
-                return Ok(ExitCode::from(3));
-            }
-        }
-        Command::Status { target } => {
-            let (rt, ctx) =
-                bootstrap_context(target, false, options(false, false, DEFAULT_TIMEOUT))?;
-            let summary = rt.block_on(status::status(&ctx))?;
-            if json {
-                print_json(&summary)?;
-            } else {
-                status::print(&summary);
-            }
+            let wait = if *wait { Wait::UntilReady } else { Wait::No };
+            let options = options(*adopt, false, *timeout);
+            apply(target, options, confirm(*yes), wait, output)
         }
         Command::Drift { target } => {
-            let (rt, ctx) =
-                bootstrap_context(target, true, options(false, false, DEFAULT_TIMEOUT))?;
-            if rt.block_on(bootstrap::run::cmd_drift(&ctx, json))? {
-                return Ok(ExitCode::from(2));
-            }
+            let (rt, ctx) = target.open(Templates::Render, read_only(), output)?;
+            let out = rt.block_on(run::drift(&ctx))?;
+            shown(output, &out, out.exit_code())
         }
         Command::Teardown {
             target,
@@ -429,60 +331,30 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             delete_crds,
             timeout,
         } => {
-            let (rt, ctx) =
-                bootstrap_context(target, false, options(false, *delete_crds, *timeout))?;
-            if !rt.block_on(bootstrap::run::cmd_teardown(&ctx, *yes, *dry_run, json))? {
-                return Ok(ExitCode::FAILURE);
-            }
+            let options = options(false, *delete_crds, *timeout);
+            let asked = if *dry_run { None } else { Some(confirm(*yes)) };
+            teardown(target, options, asked, output)
         }
+        Command::Status { target } => {
+            let (rt, ctx) = target.open(Templates::Skip, read_only(), output)?;
+            let out = rt.block_on(commands::status::status(&ctx))?;
+            shown(output, &out, ExitCode::SUCCESS)
+        }
+        Command::Explain { what } => explain(what, output),
         Command::Init {
             cluster,
             region,
             file,
         } => {
-            init::init(file, cluster, region)?;
-            match cli.output {
-                Output::Json => print_json(&json!({ "written": file }))?,
-                Output::Text => eprintln!(
-                    "wrote {}: review it, then run `jointer render -f {}`",
-                    file.display(),
-                    file.display()
-                ),
-            }
+            let out = commands::init::init(file, cluster, region)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Render {
             config: ConfigFile { file },
             what,
         } => {
-            let nodes = if *what == What::Crds {
-                None
-            } else {
-                let loaded = config::load(file)?;
-                Some(render::node_objects(&loaded)?)
-            };
-            let objects: Vec<&manifest::Object> = nodes
-                .iter()
-                .flat_map(|n| n.objects.iter().map(|o| &o.object))
-                .collect();
-            match cli.output {
-                Output::Json => {
-                    let crds: Vec<_> = if *what == What::Nodes {
-                        vec![]
-                    } else {
-                        jointer_controller::crds::all()
-                            .into_iter()
-                            .map(|(_, c)| c)
-                            .collect()
-                    };
-                    print_json(&json!({ "objects": objects, "crds": crds }))?;
-                }
-                Output::Text => {
-                    if *what != What::Nodes {
-                        print!("{}", crds_yaml()?);
-                    }
-                    print!("{}", manifest::to_yaml_stream(objects)?);
-                }
-            }
+            let out = commands::render::render(file, *what)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Lint {
             config: ConfigFile { file },
@@ -490,38 +362,15 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             rules,
         } => {
             if *rules {
-                for (rule, why) in lint::RULES {
-                    println!("{rule:<28} {why}");
-                }
-                return Ok(ExitCode::SUCCESS);
+                return shown(output, &commands::lint::rules(), ExitCode::SUCCESS);
             }
-            let loaded = config::load(file)?;
-            let nodes = render::node_objects(&loaded)?;
-            let findings = lint::lint(&loaded.config, &nodes);
-            let failed = *strict && !findings.is_empty();
-            let findings: Vec<Diagnostic> = findings
-                .into_iter()
-                .map(|mut d| {
-                    if *strict {
-                        d.severity = Severity::Error;
-                    }
-                    d
-                })
-                .collect();
-            match cli.output {
-                Output::Json => print_json(&json!({ "ok": !failed, "diagnostics": findings }))?,
-                Output::Text => {
-                    print_diagnostics(&findings);
-                    eprintln!(
-                        "{} object(s) checked, {} finding(s)",
-                        nodes.objects.len(),
-                        findings.len()
-                    );
-                }
-            }
-            if failed {
-                return Ok(ExitCode::FAILURE);
-            }
+            let strictness = if *strict {
+                Strictness::Strict
+            } else {
+                Strictness::Warn
+            };
+            let out = commands::lint::lint(file, strictness)?;
+            shown(output, &out, out.exit_code())
         }
         Command::Simulate {
             file,
@@ -531,7 +380,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
             region,
             estimated_prices,
         } => {
-            let args = simulate::Args {
+            let args = commands::simulate::Args {
                 config: file.clone(),
                 nodepools: nodepools.clone(),
                 workload: workload.clone(),
@@ -539,28 +388,15 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                 region: region.clone(),
                 use_cached_prices: !estimated_prices,
             };
-            let report = simulate::simulate(&args)?;
-            match cli.output {
-                Output::Json => print_json(&serde_json::to_value(&report)?)?,
-                Output::Text => simulate::print_table(&report),
-            }
+            let out = commands::simulate::simulate(&args, &output)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Catalog {
             what: CatalogWhat::Refresh { region },
         } => {
             let runtime = tokio::runtime::Runtime::new().map_err(anyhow::Error::from)?;
-            let (cached, path) = runtime.block_on(prices::refresh(region))?;
-            let spot: usize = cached.prices.spot.values().map(|z| z.len()).sum();
-            match cli.output {
-                Output::Json => print_json(
-                    &json!({ "region": region, "cache": path, "on_demand_prices": cached.prices.on_demand.len(), "spot_prices": spot }),
-                )?,
-                Output::Text => eprintln!(
-                    "cached {} on-demand and {spot} spot prices for {region} in {}",
-                    cached.prices.on_demand.len(),
-                    path.display()
-                ),
-            }
+            let out = runtime.block_on(commands::catalog::refresh(region, &output))?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Bench {
             what:
@@ -571,51 +407,65 @@ fn run(cli: &Cli) -> Result<ExitCode, Failure> {
                     seed,
                 },
         } => {
-            let figures = bench::run(*profile, *pods, *instance_types, *seed)?;
-            match cli.output {
-                Output::Json => print_json(&serde_json::to_value(&figures)?)?,
-                Output::Text => bench::print_table(&figures),
-            }
-            if !figures.plan_verified {
-                return Ok(ExitCode::FAILURE);
-            }
+            let out = commands::bench::run(*profile, *pods, *instance_types, *seed)?;
+            shown(output, &out, out.exit_code())
         }
         Command::Convert { files } => {
-            let conversion = convert::convert(files)?;
-            match cli.output {
-                Output::Json => print_json(&serde_json::to_value(&conversion)?)?,
-                Output::Text => {
-                    let mut out = String::new();
-                    for doc in &conversion.documents {
-                        out.push_str("---\n");
-                        out.push_str(&serde_yaml::to_string(doc)?);
-                    }
-                    print!("{out}");
-                    for c in &conversion.changes {
-                        eprintln!("{}: {}: {}", c.file, c.object, c.change);
-                    }
-                }
-            }
+            let out = commands::convert::convert(files)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// `apply`: the plan is shown before the question, the outcome after the changes.
+fn apply(
+    target: &Target,
+    options: Options,
+    confirm: Confirm,
+    wait: Wait,
+    output: Output,
+) -> Result<ExitCode, Failure> {
+    let (rt, ctx) = target.open(Templates::Render, options, output)?;
+    let planned = rt.block_on(run::observe(&ctx, Goal::Converge))?;
+    output.before_apply(&planned);
+    let out = rt.block_on(run::apply(&ctx, planned, confirm, wait))?;
+    shown(output, &out, out.exit_code())
+}
+
+/// `teardown`; without a `confirm` (`--dry-run`) only what would be removed.
+fn teardown(
+    target: &Target,
+    options: Options,
+    confirm: Option<Confirm>,
+    output: Output,
+) -> Result<ExitCode, Failure> {
+    let (rt, ctx) = target.open(Templates::Skip, options, output)?;
+    let planned = rt.block_on(run::observe(&ctx, Goal::Remove))?;
+    let Some(confirm) = confirm else {
+        return shown(output, &run::Preview(planned), ExitCode::SUCCESS);
+    };
+    output.before_teardown(&planned);
+    let out = rt.block_on(run::teardown(&ctx, planned, confirm))?;
+    shown(output, &out, out.exit_code())
+}
+
+fn explain(what: &ExplainWhat, output: Output) -> Result<ExitCode, Failure> {
+    let (ExplainWhat::Pod { target, .. } | ExplainWhat::Node { target, .. }) = what;
+    let (rt, ctx) = target.open(Templates::Skip, read_only(), output)?;
+    let out = match what {
+        ExplainWhat::Pod { pod, .. } => rt.block_on(commands::explain::pod(&ctx, pod))?,
+        ExplainWhat::Node { node, .. } => rt.block_on(commands::explain::node(&ctx, node))?,
+    };
+    shown(output, &out, out.exit_code())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(&cli) {
+    let output = Output::new(cli.output);
+    match run(&cli, output) {
         Ok(code) => code,
-        Err(Failure::Input(InputErrors(diagnostics))) => {
-            match cli.output {
-                Output::Json => {
-                    let _ = print_json(&json!({ "ok": false, "diagnostics": diagnostics }));
-                }
-                Output::Text => print_diagnostics(&diagnostics),
-            }
-            ExitCode::FAILURE
-        }
-        Err(Failure::Other(e)) => {
-            eprintln!("error: {e:#}");
+        Err(failure) => {
+            output.failure(&failure);
             ExitCode::FAILURE
         }
     }

@@ -1,40 +1,22 @@
-//! The bootstrap engine: every AWS-side step observes the world, computes what the config
-//! wants, and diffs the two into typed changes that `plan` prints, `apply` executes and `drift`
-//! counts. There is no state file: the world, with jointer's ownership tags, is the state.
+//! The bootstrap engine. Every step, on the AWS side (`aws/`) and in the cluster
+//! (`cluster/`), observes the world, computes what the config wants, and diffs the two into
+//! typed changes that `plan` prints, `apply` executes and `drift` counts. There is no state
+//! file: the world, with jointer's ownership tags, is the state. This module holds the types
+//! every step shares and the dispatch over the steps; `context` what they run with, `run`
+//! the four commands.
 
 pub mod aws;
-pub mod cluster_controller;
-pub mod cluster_crds;
-pub mod cluster_nodes;
-pub mod controller_identity;
-pub mod discovery;
-pub mod helm;
-pub mod iam;
-pub mod interruption;
-pub mod inventory;
-pub mod kube_objects;
-pub mod names;
-pub mod node_access;
-pub mod node_role;
-pub mod ownership;
-pub mod permissions;
-pub mod policy;
-pub mod propagation;
-pub mod report;
+pub mod cluster;
+pub mod context;
 pub mod run;
-pub mod sweep;
-pub mod waits;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use anyhow::{bail, Context as _, Result};
+use anyhow::Result;
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::config::Config;
-use aws::{Clients, Cluster};
-use names::Names;
+use aws::{controller_identity, discovery, iam, interruption, node_access, node_role, sweep};
+use cluster::controller::{self as controller_install, helm};
+use cluster::{crds, inventory, kube_objects, nodes};
+pub use context::{open, Context, Options, Templates};
 
 /// What a run wants of the world: converge on the config, or remove everything jointer owns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +75,12 @@ impl Step {
         Step::Inventory,
     ];
 
-    /// Teardown (reference §6): NodePools and their nodes, node classes, the controller, CRDs
-    /// (when asked), the sweep of what the controller left on AWS; then identity and access,
-    /// the rules and queue, the roles, and the discovery tags last.
+    /// Teardown: NodePools and their nodes first, while the controller still runs to drain and
+    /// terminate them; then the node classes (whose finalizer removes the instance profiles
+    /// and launch templates), the controller, the CRDs (when asked) and the sweep of what the
+    /// controller still left on AWS. Only then the controller's identity and the nodes'
+    /// access, the rules and queue, the roles, and the discovery tags last, so nothing that
+    /// is still running loses what it needs.
     pub const TEARDOWN_ORDER: [Step; 10] = [
         Step::NodeObjects,
         Step::ControllerInstall,
@@ -163,6 +148,46 @@ impl Change {
     }
 }
 
+/// One line of a change, the same in the plan, the progress and errors:
+/// `+ iam role X  attached policy: AmazonEKSWorkerNodePolicy`.
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.op.symbol(), self.resource)?;
+        match (&self.field, &self.detail) {
+            (Some(field), Some(d)) => write!(f, "  {field}: {d}"),
+            (Some(field), None) => write!(f, "  {field}"),
+            (None, Some(d)) => write!(f, "  ({d})"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// Counts of changes by kind.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Counts {
+    pub create: usize,
+    pub update: usize,
+    pub delete: usize,
+}
+
+impl Counts {
+    pub fn of(steps: &[StepPlan]) -> Counts {
+        let mut c = Counts::default();
+        for change in steps.iter().flat_map(|s| &s.changes) {
+            match change.op {
+                Op::Create => c.create += 1,
+                Op::Update => c.update += 1,
+                Op::Delete => c.delete += 1,
+            }
+        }
+        c
+    }
+
+    pub fn total(&self) -> usize {
+        self.create + self.update + self.delete
+    }
+}
+
 /// The calls behind a change, per step.
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -173,7 +198,7 @@ pub enum Action {
     ControllerIdentity(controller_identity::Action),
     Kube(kube_objects::Action),
     Helm(helm::Action),
-    Nodes(cluster_nodes::Action),
+    Nodes(nodes::Action),
     Sweep(sweep::Action),
 }
 
@@ -196,143 +221,6 @@ impl StepPlan {
     }
 }
 
-/// How a run behaves beyond the config.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Take over resources with jointer's names that jointer did not create.
-    pub adopt: bool,
-    /// Teardown also deletes the CRDs (and with them every object of their kinds).
-    pub delete_crds: bool,
-    /// How long to wait for nodes to drain, instances to terminate, the controller to run.
-    pub timeout: Duration,
-}
-
-/// What the command line adds to the config.
-pub struct Inputs {
-    pub config: Config,
-    /// The config file's directory (a local Helm chart is relative to it).
-    pub config_dir: PathBuf,
-    /// The rendered, validated node objects; empty for teardown, which needs none.
-    pub node_objects: Vec<Value>,
-    /// A rendered NodePool allows spot (the account then needs the spot service-linked role).
-    pub spot_allowed: bool,
-    /// A kubeconfig context other than the current one.
-    pub kube_context: Option<String>,
-    pub options: Options,
-}
-
-/// Everything a step needs: the config, the cluster, the clients.
-pub struct Context {
-    pub config: Config,
-    pub config_dir: PathBuf,
-    pub names: Names,
-    pub cluster: Cluster,
-    pub aws: Clients,
-    pub kube: kube::Client,
-    pub kube_context: Option<String>,
-    /// Kubernetes kinds discovered so far (see `kube_objects::api_for`).
-    pub kinds: std::sync::Mutex<std::collections::HashMap<String, kube::discovery::ApiResource>>,
-    pub node_objects: Vec<Value>,
-    pub spot_allowed: bool,
-    pub options: Options,
-}
-
-impl Context {
-    pub async fn connect(inputs: Inputs) -> Result<Context> {
-        let config = inputs.config;
-        let aws = Clients::connect(&config.cluster.region).await;
-        let cluster = Cluster::describe(&aws.eks, &config).await?;
-        let kube = kube_client(&cluster, inputs.kube_context.as_deref()).await?;
-        let labels = kube_objects::ownership_labels(&cluster.name);
-        Ok(Context {
-            names: Names::of(&config),
-            node_objects: inputs
-                .node_objects
-                .into_iter()
-                .map(|o| kube_objects::with_labels(o, &labels))
-                .collect(),
-            config,
-            config_dir: inputs.config_dir,
-            cluster,
-            aws,
-            kube,
-            kube_context: inputs.kube_context,
-            kinds: Default::default(),
-            spot_allowed: inputs.spot_allowed,
-            options: inputs.options,
-        })
-    }
-
-    pub fn adopt(&self) -> bool {
-        self.options.adopt
-    }
-
-    pub fn tags(&self) -> std::collections::BTreeMap<String, String> {
-        ownership::tags(&self.cluster.name)
-    }
-
-    pub fn controller_role_arn(&self) -> String {
-        format!(
-            "arn:{}:iam::{}:role/{}",
-            self.cluster.partition.name(),
-            self.cluster.account,
-            self.names.controller_role
-        )
-    }
-
-    /// What the controller policies name.
-    pub fn scope(&self) -> permissions::Scope {
-        permissions::Scope {
-            partition: self.cluster.partition,
-            region: self.cluster.region.clone(),
-            account: self.cluster.account.clone(),
-            cluster: self.cluster.name.clone(),
-            node_role_name: self.names.node_role.clone(),
-            queue_name: self
-                .config
-                .interruption
-                .enabled
-                .then(|| self.names.queue.clone()),
-        }
-    }
-}
-
-/// The Kubernetes client from the kubeconfig, refused when it points at another cluster than
-/// the EKS cluster of the config: applying one cluster's setup to another is the mistake a
-/// wrong current context makes easy.
-async fn kube_client(cluster: &Cluster, context: Option<&str>) -> Result<kube::Client> {
-    let options = kube::config::KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..Default::default()
-    };
-    let mut config = match kube::Config::from_kubeconfig(&options).await {
-        Ok(config) => config,
-        Err(_) if context.is_none() => kube::Config::infer()
-            .await
-            .context("no Kubernetes access: set KUBECONFIG (e.g. `aws eks update-kubeconfig`)")?,
-        Err(e) => return Err(e).context("reading the kubeconfig context given with --context"),
-    };
-    let server = config.cluster_url.to_string();
-    if !same_endpoint(&server, &cluster.endpoint) {
-        bail!(
-            "the kubeconfig context points at {server}, but EKS cluster {} is served at {}: switch context (or pass --context) before running jointer",
-            cluster.name,
-            cluster.endpoint
-        );
-    }
-    // Tells jointer's requests apart in the API server's audit log.
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(concat!("jointer/", env!("CARGO_PKG_VERSION"))),
-    ));
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
-fn same_endpoint(a: &str, b: &str) -> bool {
-    let norm = |s: &str| s.trim_end_matches('/').to_ascii_lowercase();
-    norm(a) == norm(b)
-}
-
 /// Observes one step and diffs it against the goal.
 pub async fn plan_step(ctx: &Context, step: Step, goal: Goal) -> Result<StepPlan> {
     match step {
@@ -341,9 +229,9 @@ pub async fn plan_step(ctx: &Context, step: Step, goal: Goal) -> Result<StepPlan
         Step::NodeAccess => node_access::plan(ctx, goal).await,
         Step::Interruption => interruption::plan(ctx, goal).await,
         Step::ControllerIdentity => controller_identity::plan(ctx, goal).await,
-        Step::Crds => cluster_crds::plan(ctx, goal).await,
-        Step::ControllerInstall => cluster_controller::plan(ctx, goal).await,
-        Step::NodeObjects => cluster_nodes::plan(ctx, goal).await,
+        Step::Crds => crds::plan(ctx, goal).await,
+        Step::ControllerInstall => controller_install::plan(ctx, goal).await,
+        Step::NodeObjects => nodes::plan(ctx, goal).await,
         Step::Inventory => inventory::plan(ctx, goal).await,
         Step::Sweep => sweep::plan(ctx, goal).await,
     }
@@ -359,7 +247,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         Action::ControllerIdentity(a) => controller_identity::execute(ctx, a).await,
         Action::Kube(a) => kube_objects::execute(ctx, a).await,
         Action::Helm(a) => helm::execute(ctx, a).await,
-        Action::Nodes(a) => cluster_nodes::execute(ctx, a).await,
+        Action::Nodes(a) => nodes::execute(ctx, a).await,
         Action::Sweep(a) => sweep::execute(ctx, a).await,
     }
 }

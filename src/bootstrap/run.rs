@@ -1,18 +1,18 @@
-//! The four commands over the engine: `plan`, `apply`, `drift` and `teardown`.
+//! The four commands over the engine: `plan`, `apply`, `drift` and `teardown`. Each returns
+//! what it found or did as a value for `output` to print; progress while changes run, and the
+//! question before they do, go through the context's `Progress`.
 
-use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use aws_sdk_ec2::types::Filter;
 use serde::Serialize;
-use serde_json::json;
 
-use super::report::{self, Counts};
-use super::{execute, plan_step, Context, Goal, Step, StepPlan};
+use super::{execute, plan_step, Change, Context, Counts, Goal, Step, StepPlan};
 
 /// Observes every step, in `order`, against `goal`. Read-only.
-pub async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepPlan>> {
+async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepPlan>> {
     let mut steps = Vec::new();
     for step in order {
         steps.push(
@@ -25,20 +25,19 @@ pub async fn plan(ctx: &Context, goal: Goal, order: &[Step]) -> Result<Vec<StepP
 }
 
 /// Deleting a NodePool terminates its nodes: never done without a confirmation or `--yes`.
-fn needs_explicit_yes(change: &super::Change) -> bool {
+fn needs_explicit_yes(change: &Change) -> bool {
     matches!(
         change.action,
-        super::Action::Nodes(super::cluster_nodes::Action::DeletePool { .. })
+        super::Action::Nodes(super::nodes::Action::DeletePool { .. })
     )
 }
 
-/// Runs every change in order, one line of progress each on stderr, except those `held`
-/// back. Stops at the first failure: every step re-observes, so running again picks up from
-/// there.
-pub async fn execute_plan(
+/// Runs every change in order, one line of progress each, except those `held` back. Stops
+/// at the first failure: every step re-observes, so running again picks up from there.
+async fn execute_plan(
     ctx: &Context,
     steps: &[StepPlan],
-    held: &dyn Fn(&super::Change) -> bool,
+    held: &dyn Fn(&Change) -> bool,
 ) -> Result<usize> {
     let total: usize = steps
         .iter()
@@ -50,16 +49,15 @@ pub async fn execute_plan(
         for change in step.changes.iter().filter(|c| !held(c)) {
             done += 1;
             let started = Instant::now();
-            eprint!("[{done}/{total}] {} ... ", report::line(change));
-            let _ = std::io::stderr().flush();
+            ctx.progress
+                .change_started(done, total, &change.to_string());
             match execute(ctx, &change.action).await {
-                Ok(()) => eprintln!("done ({} ms)", started.elapsed().as_millis()),
+                Ok(()) => ctx.progress.change_done(started.elapsed()),
                 Err(e) => {
-                    eprintln!("failed");
+                    ctx.progress.change_failed();
                     return Err(e.context(format!(
-                        "{}: {} (nothing after it was attempted; re-running picks up from here)",
+                        "{}: {change} (nothing after it was attempted; re-running picks up from here)",
                         step.step.title(),
-                        report::line(change)
                     )));
                 }
             }
@@ -68,21 +66,21 @@ pub async fn execute_plan(
     Ok(done)
 }
 
-fn on_terminal() -> bool {
-    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+/// `--yes`: go ahead without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    Ask,
+    Yes,
 }
 
-/// Asks on a terminal only: in CI (no TTY) a prompt would hang the pipeline, so not being on
-/// a terminal counts as `--yes` (except for deleting NodePools, see `needs_explicit_yes`).
-fn confirm(question: &str, yes: bool) -> Result<bool> {
-    if yes || !on_terminal() {
+/// Asks only when a person is there: in CI (no TTY) a prompt would hang the pipeline, so not
+/// being on a terminal counts as `--yes` (except for deleting NodePools, see
+/// `needs_explicit_yes`).
+fn confirm(ctx: &Context, question: &str, confirm: Confirm) -> Result<bool> {
+    if confirm == Confirm::Yes || !ctx.progress.interactive() {
         return Ok(true);
     }
-    eprint!("{question} [y/N] ");
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    std::io::stdin().read_line(&mut answer)?;
-    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+    ctx.progress.confirm(question)
 }
 
 /// What `apply` leaves behind that the next steps (controller install, CI) need.
@@ -94,7 +92,7 @@ pub struct Outputs {
     pub region: String,
     pub node_role_arn: String,
     pub controller_role_arn: String,
-    pub identity: crate::config::Identity,
+    pub identity: crate::input::config::Identity,
     pub service_account: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interruption_queue: Option<String>,
@@ -116,7 +114,7 @@ async fn outputs(ctx: &Context) -> Result<Outputs> {
         .filters(filter.clone())
         .send()
         .await
-        .map_err(|e| super::aws::failed("ec2:DescribeSubnets", e))?;
+        .map_err(|e| super::aws::clients::failed("ec2:DescribeSubnets", e))?;
     let groups = ctx
         .aws
         .ec2
@@ -124,7 +122,7 @@ async fn outputs(ctx: &Context) -> Result<Outputs> {
         .filters(filter)
         .send()
         .await
-        .map_err(|e| super::aws::failed("ec2:DescribeSecurityGroups", e))?;
+        .map_err(|e| super::aws::clients::failed("ec2:DescribeSecurityGroups", e))?;
     let scope = ctx.scope();
     Ok(Outputs {
         cluster: ctx.cluster.name.clone(),
@@ -153,71 +151,133 @@ async fn outputs(ctx: &Context) -> Result<Outputs> {
     })
 }
 
-fn print_outputs(o: &Outputs) {
-    println!("node role:           {}", o.node_role_arn);
-    println!(
-        "controller role:     {} ({} for {})",
-        o.controller_role_arn,
-        match o.identity {
-            crate::config::Identity::PodIdentity => "pod identity",
-            crate::config::Identity::Irsa => "IRSA",
-        },
-        o.service_account
-    );
-    if let Some(q) = &o.interruption_queue {
-        println!("interruption queue:  {q}");
-    }
-    println!(
-        "discovery tag:       {} on {} and {}",
-        o.discovery_tag,
-        o.tagged_subnets.join(", "),
-        o.tagged_security_groups.join(", ")
-    );
+/// What the steps found to do for a goal: `plan`'s answer, and what `apply` and `teardown`
+/// show before they ask.
+pub struct Planned {
+    pub cluster: String,
+    pub steps: Vec<StepPlan>,
+    /// When the observation began (a run's reported time includes it).
+    pub started: Instant,
 }
 
-/// `jointer plan`: the changes `apply` would make. No writes.
-pub async fn cmd_plan(ctx: &Context, json: bool) -> Result<()> {
-    let steps = plan(ctx, Goal::Converge, &Step::APPLY_ORDER).await?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "cluster": ctx.cluster.name,
-                "changes": report::changes_json(&steps),
-                "summary": Counts::of(&steps),
-                "warnings": report::warnings(&steps),
-            }))?
-        );
-    } else {
-        report::print_plan(&steps);
+impl Planned {
+    pub fn counts(&self) -> Counts {
+        Counts::of(&self.steps)
     }
-    Ok(())
 }
 
-/// `jointer apply`: observe, diff, show, apply in order, re-observe, verify.
-pub async fn cmd_apply(ctx: &Context, yes: bool, wait: bool, json: bool) -> Result<bool> {
+/// `jointer drift`: what differs from the config (exit 2 when anything does).
+pub struct Drift(pub Planned);
+
+impl Drift {
+    pub fn drifted(&self) -> bool {
+        self.0.counts().total() > 0
+    }
+
+    /// 2 on drift, so CI can tell drift from an error (1).
+    pub fn exit_code(&self) -> ExitCode {
+        if self.drifted() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `jointer teardown --dry-run`: what would be removed.
+pub struct Preview(pub Planned);
+
+/// `--wait`: after applying, wait until the controller runs and every class is Ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    No,
+    UntilReady,
+}
+
+/// How `apply` ended.
+pub enum Applied {
+    /// The person answered no: nothing was changed.
+    Declined,
+    Done {
+        /// The plan that was carried out.
+        steps: Vec<StepPlan>,
+        /// How many of its changes ran (none when it was already converged).
+        applied: usize,
+        outputs: Box<Outputs>,
+        seconds: f64,
+    },
+}
+
+/// How `teardown` ended.
+pub enum TornDown {
+    /// The person answered no: nothing was removed.
+    Declined,
+    Done {
+        cluster: String,
+        /// What each step removed, observed just before it ran.
+        removed: Vec<StepPlan>,
+        /// What a last look still found: empty when teardown is proven complete.
+        left: Vec<StepPlan>,
+        seconds: f64,
+    },
+}
+
+impl Applied {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Applied::Declined => ExitCode::FAILURE,
+            Applied::Done { .. } => ExitCode::SUCCESS,
+        }
+    }
+}
+
+impl TornDown {
+    /// 1 unless teardown is proven complete.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            TornDown::Declined => ExitCode::FAILURE,
+            TornDown::Done { left, .. } if Counts::of(left).total() > 0 => ExitCode::FAILURE,
+            TornDown::Done { .. } => ExitCode::SUCCESS,
+        }
+    }
+}
+
+/// Observes every step against `goal`, in the order that goal runs them. Read-only.
+pub async fn observe(ctx: &Context, goal: Goal) -> Result<Planned> {
     let started = Instant::now();
-    let steps = plan(ctx, Goal::Converge, &Step::APPLY_ORDER).await?;
-    let counts = Counts::of(&steps);
-    if !json {
-        report::print_plan(&steps);
-    } else {
-        report::print_warnings(&steps);
-    }
-    if counts.total() > 0 && !confirm(&format!("apply {} change(s)?", counts.total()), yes)? {
-        eprintln!("nothing applied");
-        return Ok(false);
+    let order: &[Step] = match goal {
+        Goal::Converge => &Step::APPLY_ORDER,
+        Goal::Remove => &Step::TEARDOWN_ORDER,
+    };
+    Ok(Planned {
+        cluster: ctx.cluster.name.clone(),
+        steps: plan(ctx, goal, order).await?,
+        started,
+    })
+}
+
+/// `jointer drift`: the converge plan, read as drift.
+pub async fn drift(ctx: &Context) -> Result<Drift> {
+    Ok(Drift(observe(ctx, Goal::Converge).await?))
+}
+
+/// `jointer apply`, after `planned` was shown: confirm, apply in order, re-observe, verify.
+pub async fn apply(ctx: &Context, planned: Planned, yes: Confirm, wait: Wait) -> Result<Applied> {
+    let counts = planned.counts();
+    if counts.total() > 0 && !confirm(ctx, &format!("apply {} change(s)?", counts.total()), yes)? {
+        return Ok(Applied::Declined);
     }
     // Confirmed on a terminal or with --yes: everything; otherwise NodePool deletions wait.
-    let confirmed = yes || on_terminal();
-    let held = |c: &super::Change| !confirmed && needs_explicit_yes(c);
-    let held_back: Vec<String> = steps
+    let confirmed = yes == Confirm::Yes || ctx.progress.interactive();
+    let held = |c: &Change| !confirmed && needs_explicit_yes(c);
+    let held_back: Vec<String> = planned
+        .steps
         .iter()
         .flat_map(|s| &s.changes)
         .filter(|c| held(c))
-        .map(report::line)
+        .map(Change::to_string)
         .collect();
-    let applied = execute_plan(ctx, &steps, &held).await?;
+    let applied = execute_plan(ctx, &planned.steps, &held).await?;
     if !held_back.is_empty() {
         bail!(
             "applied {applied} change(s); held back, because deleting a NodePool terminates its nodes (re-run with --yes to delete):\n  {}",
@@ -234,124 +294,45 @@ pub async fn cmd_apply(ctx: &Context, yes: bool, wait: bool, json: bool) -> Resu
     if Counts::of(&remaining).total() > 0 {
         let lines: Vec<String> = remaining
             .iter()
-            .flat_map(|s| s.changes.iter().map(report::line))
+            .flat_map(|s| s.changes.iter().map(Change::to_string))
             .collect();
         bail!(
             "applied {applied} change(s) but the world still differs (something else is changing it?):\n  {}",
             lines.join("\n  ")
         );
     }
-    if wait {
-        super::waits::controller_and_classes(ctx).await?;
+    if wait == Wait::UntilReady {
+        super::cluster::waits::controller_and_classes(ctx).await?;
     }
-    let outputs = outputs(ctx).await?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "applied": report::changes_json(&steps),
-                "summary": counts,
-                "warnings": report::warnings(&steps),
-                "outputs": outputs,
-                "seconds": started.elapsed().as_secs_f64(),
-            }))?
-        );
-    } else {
-        if applied == 0 {
-            println!("already converged: no changes made");
-        } else {
-            println!(
-                "applied {applied} change(s) in {:.1} s; verified",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        print_outputs(&outputs);
-    }
-    Ok(true)
+    Ok(Applied::Done {
+        steps: planned.steps,
+        applied,
+        outputs: Box::new(outputs(ctx).await?),
+        seconds: planned.started.elapsed().as_secs_f64(),
+    })
 }
 
-/// `jointer drift`: in sync (`Ok(false)`) or drifted (`Ok(true)`).
-pub async fn cmd_drift(ctx: &Context, json: bool) -> Result<bool> {
-    let steps = plan(ctx, Goal::Converge, &Step::APPLY_ORDER).await?;
-    let drifted = Counts::of(&steps).total() > 0;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "cluster": ctx.cluster.name,
-                "inSync": !drifted,
-                "drift": report::changes_json(&steps),
-                "warnings": report::warnings(&steps),
-            }))?
-        );
-    } else {
-        report::print_drift(&steps);
-    }
-    Ok(drifted)
-}
-
-/// `jointer teardown`: remove what jointer owns, step by step (each observed again just
-/// before it runs, so what the controller left behind while NodePools drained is swept too),
-/// then prove nothing of it is left (`Ok(false)` lists what is).
-pub async fn cmd_teardown(ctx: &Context, yes: bool, dry_run: bool, json: bool) -> Result<bool> {
-    let started = Instant::now();
-    let steps = plan(ctx, Goal::Remove, &Step::TEARDOWN_ORDER).await?;
-    let counts = Counts::of(&steps);
-    if dry_run {
-        if json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&json!({
-                    "changes": report::changes_json(&steps),
-                    "summary": counts,
-                }))?
-            );
-        } else {
-            report::print_plan(&steps);
-        }
-        return Ok(true);
-    }
-    if !json {
-        report::print_plan(&steps);
-    }
-    if counts.total() > 0 && !confirm(&format!("delete {} item(s)?", counts.total()), yes)? {
-        eprintln!("nothing deleted");
-        return Ok(false);
+/// `jointer teardown`, after `planned` was shown: remove what jointer owns, step by step
+/// (each observed again just before it runs, so what the controller left behind while
+/// NodePools drained is swept too), then prove nothing of it is left.
+pub async fn teardown(ctx: &Context, planned: Planned, yes: Confirm) -> Result<TornDown> {
+    let counts = planned.counts();
+    if counts.total() > 0 && !confirm(ctx, &format!("delete {} item(s)?", counts.total()), yes)? {
+        return Ok(TornDown::Declined);
     }
     let mut removed = Vec::new();
     if counts.total() > 0 {
         for step in Step::TEARDOWN_ORDER {
             let fresh = plan(ctx, Goal::Remove, &[step]).await?;
             execute_plan(ctx, &fresh, &|_| false).await?;
-            removed.extend(report::changes_json(&fresh));
+            removed.extend(fresh);
         }
     }
     let left = plan(ctx, Goal::Remove, &Step::TEARDOWN_ORDER).await?;
-    let leftovers: Vec<String> = left
-        .iter()
-        .flat_map(|s| s.changes.iter().map(report::line))
-        .collect();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "removed": removed,
-                "leftovers": leftovers,
-                "seconds": started.elapsed().as_secs_f64(),
-            }))?
-        );
-    } else if leftovers.is_empty() {
-        println!(
-            "removed {} item(s) in {:.1} s; nothing jointer owns for cluster {} is left",
-            removed.len(),
-            started.elapsed().as_secs_f64(),
-            ctx.cluster.name
-        );
-    } else {
-        println!("still there after teardown:");
-        for l in &leftovers {
-            println!("  {l}");
-        }
-    }
-    Ok(leftovers.is_empty())
+    Ok(TornDown::Done {
+        cluster: planned.cluster,
+        removed,
+        left,
+        seconds: planned.started.elapsed().as_secs_f64(),
+    })
 }

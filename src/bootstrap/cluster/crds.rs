@@ -1,0 +1,60 @@
+//! The CRDs (NodePool, NodeClaim, EC2NodeClass), server-side applied on every run: unlike
+//! `helm upgrade`, which never touches CRDs, this upgrades their schemas in place, and the
+//! objects stored under them stay.
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
+
+/// Which jointer version the applied CRDs came from (an older one is drift).
+pub const VERSION_LABEL: &str = "jointer.dev/version";
+
+/// The bundled CRDs, labelled for this cluster and version.
+pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
+    let mut labels = ownership_labels(&ctx.cluster.name);
+    labels.insert(
+        VERSION_LABEL.to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    );
+    jointer_controller::crds::all()
+        .into_iter()
+        .map(|(_, crd)| Ok(with_labels(serde_json::to_value(crd)?, &labels)))
+        .collect()
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::Crds);
+    let crds = desired(ctx)?;
+    match goal {
+        Goal::Converge => {
+            for crd in crds {
+                kube_objects::converge(ctx, crd, &mut plan.changes).await?;
+            }
+        }
+        // Deleting a CRD deletes every object of its kind: only when asked.
+        Goal::Remove if ctx.options.delete_crds => {
+            for crd in &crds {
+                let r = ObjectRef::of(crd)?;
+                let Some(api) = kube_objects::api_for(ctx, &r).await? else {
+                    continue;
+                };
+                if let Some(live) = kube_objects::get(&api, &r).await? {
+                    if kube_objects::is_ours(&live) {
+                        plan.changes.push(
+                            Change::new(
+                                Op::Delete,
+                                r.label(),
+                                kube_objects::Action::Delete { object: r },
+                            )
+                            .detail("--delete-crds"),
+                        );
+                    }
+                }
+            }
+        }
+        Goal::Remove => {}
+    }
+    Ok(plan)
+}

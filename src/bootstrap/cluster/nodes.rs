@@ -1,0 +1,249 @@
+//! The EC2NodeClasses and NodePools rendered from the templates, server-side applied. On
+//! teardown NodePools go first and jointer waits until their NodeClaims and nodes are gone
+//! (the controller drains and terminates them), then the EC2NodeClasses, whose finalizer
+//! removes the instance profiles and launch templates the controller made.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use jointer_controller::api::labels::NODEPOOL;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
+use crate::api_versions::{NODECLASS_V1, NODEPOOL_V1};
+use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::cluster as live;
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Delete a NodePool and wait until its NodeClaims and nodes are gone.
+    DeletePool { name: String },
+    /// Delete an EC2NodeClass and wait until its finalizer lets it go.
+    DeleteClass { name: String },
+}
+
+impl From<Action> for crate::bootstrap::Action {
+    fn from(a: Action) -> Self {
+        crate::bootstrap::Action::Nodes(a)
+    }
+}
+
+pub fn pool_ref(name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: NODEPOOL_V1.into(),
+        kind: "NodePool".into(),
+        namespace: None,
+        name: name.into(),
+    }
+}
+
+pub fn class_ref(name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: NODECLASS_V1.into(),
+        kind: "EC2NodeClass".into(),
+        namespace: None,
+        name: name.into(),
+    }
+}
+
+/// The delete change for a NodePool or EC2NodeClass, saying what it costs.
+pub fn delete_change(r: &ObjectRef, why: &str) -> Change {
+    if r.kind == "NodePool" {
+        Change::new(
+            Op::Delete,
+            r.label(),
+            Action::DeletePool {
+                name: r.name.clone(),
+            },
+        )
+        .detail(format!("{why}; its nodes are drained and terminated"))
+    } else {
+        Change::new(
+            Op::Delete,
+            r.label(),
+            Action::DeleteClass {
+                name: r.name.clone(),
+            },
+        )
+        .detail(why.to_string())
+    }
+}
+
+/// The NodePools and EC2NodeClasses labelled as jointer's.
+pub async fn labelled(ctx: &Context) -> Result<Vec<ObjectRef>> {
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY}");
+    let mut out = Vec::new();
+    for r in [pool_ref("_"), class_ref("_")] {
+        let Some(api) = kube_objects::api_for(ctx, &r).await? else {
+            continue;
+        };
+        let listed = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| anyhow::anyhow!("listing {}s: {e}", r.kind))?;
+        for o in listed {
+            if let Some(name) = o.metadata.name {
+                out.push(ObjectRef { name, ..r.clone() });
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
+    let mut plan = StepPlan::new(Step::NodeObjects);
+    match goal {
+        Goal::Converge => {
+            for object in &ctx.node_objects {
+                if let Some(warning) = foreign_role(ctx, object) {
+                    plan.warnings.push(warning);
+                }
+                kube_objects::converge(ctx, object.clone(), &mut plan.changes).await?;
+            }
+        }
+        Goal::Remove => {
+            let mut found = labelled(ctx).await?;
+            // NodePools before the classes they use.
+            found.sort_by_key(|r| r.kind != "NodePool");
+            for r in found {
+                plan.changes.push(delete_change(&r, "teardown"));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// An EC2NodeClass whose nodes run as a role jointer does not manage: its access entry,
+/// policies and instance-profile permission (`iam:PassRole`) are then someone else's to get
+/// right.
+fn foreign_role(ctx: &Context, object: &Value) -> Option<String> {
+    if object["kind"] != "EC2NodeClass" {
+        return None;
+    }
+    let role = object.pointer("/spec/role").and_then(Value::as_str)?;
+    (role != ctx.names.node_role).then(|| {
+        format!(
+            "EC2NodeClass {} uses role {role}, which jointer does not manage (its node role is {}): the controller may not pass it (iam:PassRole) and nodes may not be allowed to join",
+            object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?"),
+            ctx.names.node_role
+        )
+    })
+}
+
+pub async fn controller_available(ctx: &Context) -> Result<bool> {
+    let Some((ns, name)) = live::controller_deployment(&ctx.config.controller) else {
+        return Ok(true); // installed by someone else: assume it runs
+    };
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(ctx.kube.clone(), &ns);
+    let found = api.get_opt(&name).await?;
+    Ok(found
+        .and_then(|d| d.status)
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        > 0)
+}
+
+/// Lists only what belongs to `pool`: the controller labels its NodeClaims and nodes with it.
+fn in_pool(pool: &str) -> ListParams {
+    ListParams::default().labels(&format!("{NODEPOOL}={pool}"))
+}
+
+async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
+    let r = ObjectRef {
+        api_version: NODEPOOL_V1.into(),
+        kind: "NodeClaim".into(),
+        namespace: None,
+        name: String::new(),
+    };
+    let Some(api) = kube_objects::api_for(ctx, &r).await? else {
+        return Ok(0);
+    };
+    Ok(api.list(&in_pool(pool)).await?.items.len())
+}
+
+async fn count_nodes(ctx: &Context, pool: &str) -> Result<usize> {
+    let api: Api<Node> = Api::all(ctx.kube.clone());
+    Ok(api.list(&in_pool(pool)).await?.items.len())
+}
+
+async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
+    match kube_objects::api_for(ctx, r).await? {
+        Some(api) => Ok(kube_objects::get(&api, r).await?.is_some()),
+        None => Ok(false),
+    }
+}
+
+/// Polls until `left` reports nothing left, printing progress every 10 s; fails at the
+/// timeout, or at once when something is left and no controller runs to remove it.
+async fn wait_until_gone(
+    ctx: &Context,
+    what: &str,
+    r: &ObjectRef,
+    pool: Option<&str>,
+) -> Result<()> {
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let (claims, nodes) = match pool {
+            Some(p) => (count_claims(ctx, p).await?, count_nodes(ctx, p).await?),
+            None => (0, 0),
+        };
+        let object_left = exists(ctx, r).await?;
+        if claims == 0 && nodes == 0 && !object_left {
+            return Ok(());
+        }
+        let mut left = match pool {
+            Some(_) => format!("{claims} NodeClaim(s), {nodes} node(s) left"),
+            None => "finalizer pending".to_string(),
+        };
+        let report_due = last_report.elapsed() >= Duration::from_secs(10);
+        let timed_out = started.elapsed() > ctx.options.timeout;
+        if let Some(pool) = pool.filter(|_| report_due || timed_out) {
+            // Only a hint: a user who may not list pods still gets the teardown.
+            let held = live::holders(&ctx.kube, pool).await.unwrap_or_default();
+            if !held.is_empty() {
+                left = format!(
+                    "{left}, held by: {} (a terminationGracePeriod on the NodePool bounds the wait)",
+                    held.join("; ")
+                );
+            }
+        }
+        if !controller_available(ctx).await? {
+            bail!(
+                "{what}: {left}, and no controller is running to drain and terminate them (its Deployment has no available replica): start the controller and re-run teardown"
+            );
+        }
+        if timed_out {
+            bail!(
+                "{what}: {left} after {} s (--timeout): see `kubectl get nodeclaims` and the controller's logs",
+                started.elapsed().as_secs()
+            );
+        }
+        if report_due {
+            ctx.progress.note(&format!(
+                "  waiting for {what}: {left} ({} s)",
+                started.elapsed().as_secs()
+            ));
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
+    let (r, pool) = match action {
+        Action::DeletePool { name } => (pool_ref(name), Some(name.as_str())),
+        Action::DeleteClass { name } => (class_ref(name), None),
+    };
+    if let Some(api) = kube_objects::api_for(ctx, &r).await? {
+        kube_objects::delete(&api, &r).await?;
+    }
+    wait_until_gone(ctx, &r.label(), &r, pool).await
+}
+
+/// The rendered objects' refs.
+pub fn desired_refs(objects: &[Value]) -> Result<Vec<ObjectRef>> {
+    objects.iter().map(ObjectRef::of).collect()
+}

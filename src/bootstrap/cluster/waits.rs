@@ -1,0 +1,157 @@
+//! `apply --wait`: until the controller Deployment is Available and every EC2NodeClass is
+//! Ready, with progress, and the failing condition's reason when one is not.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use serde_json::Value;
+
+use super::kube_objects::{self, ObjectRef};
+use super::nodes;
+use crate::bootstrap::Context;
+use crate::cluster as live;
+
+fn deployment_available(d: &Deployment) -> bool {
+    d.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+            })
+        })
+}
+
+/// Ready=True → Ok(true); Ready=False → the failing conditions as an error; no verdict yet →
+/// Ok(false).
+fn class_verdict(name: &str, class: &Value) -> Result<bool> {
+    let conditions = class
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let status_of = |c: &Value| c["status"].as_str().unwrap_or("").to_string();
+    let Some(ready) = conditions.iter().find(|c| c["type"] == "Ready") else {
+        return Ok(false);
+    };
+    match status_of(ready).as_str() {
+        "True" => Ok(true),
+        "False" => {
+            let failing: Vec<String> = conditions
+                .iter()
+                .filter(|c| c["type"] != "Ready" && status_of(c) == "False")
+                .chain(std::iter::once(ready))
+                .map(|c| {
+                    format!(
+                        "{}=False: {}",
+                        c["type"].as_str().unwrap_or("?"),
+                        c["message"]
+                            .as_str()
+                            .or(c["reason"].as_str())
+                            .unwrap_or("no reason given")
+                    )
+                })
+                .collect();
+            bail!("EC2NodeClass {name} is not Ready: {}", failing.join("; "))
+        }
+        _ => Ok(false),
+    }
+}
+
+async fn poll<F, Fut>(ctx: &Context, what: &str, mut done: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let started = Instant::now();
+    let mut last = Instant::now();
+    ctx.progress.note(&format!(
+        "waiting for {what} (timeout {} s)",
+        ctx.options.timeout.as_secs()
+    ));
+    loop {
+        if done().await? {
+            ctx.progress.note(&format!(
+                "{what}: done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
+            return Ok(());
+        }
+        if started.elapsed() > ctx.options.timeout {
+            bail!(
+                "{what}: not done after {} s (--timeout)",
+                started.elapsed().as_secs()
+            );
+        }
+        if last.elapsed() >= Duration::from_secs(10) {
+            ctx.progress.note(&format!(
+                "  still waiting for {what} ({} s)",
+                started.elapsed().as_secs()
+            ));
+            last = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
+    let c = &ctx.config.controller;
+    if let Some((namespace, name)) = live::controller_deployment(c) {
+        let api: Api<Deployment> = Api::namespaced(ctx.kube.clone(), &namespace);
+        let what = format!("Deployment {namespace}/{name} to be Available");
+        poll(ctx, &what, || async {
+            Ok(api
+                .get_opt(&name)
+                .await?
+                .is_some_and(|d| deployment_available(&d)))
+        })
+        .await?;
+    }
+    for object in &ctx.node_objects {
+        let r = ObjectRef::of(object)?;
+        if r.kind != "EC2NodeClass" {
+            continue;
+        }
+        let what = format!("EC2NodeClass {} to be Ready", r.name);
+        let name = r.name.clone();
+        poll(ctx, &what, || async {
+            let r = nodes::class_ref(&name);
+            let Some(api) = kube_objects::api_for(ctx, &r).await? else {
+                return Ok(false);
+            };
+            match kube_objects::get(&api, &r).await? {
+                Some(live) => class_verdict(&name, &live),
+                None => Ok(false),
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_class_that_is_not_ready_names_the_failing_condition() {
+        let class = json!({"status": {"conditions": [
+            {"type": "SubnetsReady", "status": "False", "reason": "SubnetsNotFound",
+             "message": "no subnet matches tag karpenter.sh/discovery=demo"},
+            {"type": "Ready", "status": "False", "reason": "NotReady"}]}});
+        let err = class_verdict("default", &class).unwrap_err().to_string();
+        assert!(
+            err.contains("SubnetsReady=False: no subnet matches tag karpenter.sh/discovery=demo"),
+            "{err}"
+        );
+        assert!(!class_verdict("x", &json!({})).unwrap());
+        assert!(class_verdict(
+            "x",
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        )
+        .unwrap());
+    }
+}

@@ -1,0 +1,150 @@
+//! Read-only access to the live cluster for `explain`, `status` and teardown's hints: the
+//! objects the controller decides from, the settings the installed controller runs with, and
+//! what holds a NodePool's nodes. It takes clients, not a bootstrap context, and imports no
+//! bootstrap step, so the commands and the steps both use it without depending on each other.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use jointer_controller::api::ec2nodeclass::EC2NodeClass;
+use jointer_controller::api::labels::NODEPOOL;
+use jointer_controller::api::nodeclaim::NodeClaim;
+use jointer_controller::api::NodePool;
+use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
+use jointer_controller::lifecycle::drain;
+use jointer_controller::provisioning::snapshot::Snapshot;
+use jointer_controller::runtime::metrics::Metrics;
+use jointer_controller::scheduling::InstanceType;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+
+use crate::input::config::{Controller, Install};
+
+/// The bundled controller's Deployment (`templates/controller/deployment.yaml.j2`).
+pub const BUNDLED_DEPLOYMENT: &str = "jointer-controller";
+/// The Helm release of `controller.install: helm`; the chart names its Deployment after it.
+pub const HELM_RELEASE: &str = "karpenter";
+
+/// The namespace and name of the Deployment that runs the controller, by install mode (none
+/// when it is installed some other way).
+pub fn controller_deployment(controller: &Controller) -> Option<(String, String)> {
+    let name = match controller.install {
+        Install::Bundled => BUNDLED_DEPLOYMENT,
+        Install::Helm => HELM_RELEASE,
+        Install::None => return None,
+    };
+    Some((controller.namespace.clone(), name.to_string()))
+}
+
+/// Every object of a kind, in all namespaces.
+pub async fn list_all<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing {}", K::plural(&())))?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect())
+}
+
+pub type TypesOfClass = HashMap<String, Vec<Arc<InstanceType>>>;
+
+/// The EKS cluster the live reads are about.
+pub struct Eks<'a> {
+    pub client: &'a aws_sdk_eks::Client,
+    pub region: &'a str,
+    pub name: &'a str,
+}
+
+/// The objects the controller decides from, and the instance types of each Ready class.
+pub async fn cluster_state(kube: &kube::Client, eks: Eks<'_>) -> Result<(Snapshot, TypesOfClass)> {
+    let snap = Snapshot {
+        pods: list_all::<Pod>(kube).await?,
+        nodes: list_all::<Node>(kube).await?,
+        nodeclaims: list_all::<NodeClaim>(kube).await?,
+        nodepools: list_all::<NodePool>(kube).await?,
+        nodeclasses: list_all::<EC2NodeClass>(kube).await?,
+        daemonsets: list_all::<DaemonSet>(kube).await?,
+        pdbs: list_all::<PodDisruptionBudget>(kube).await?,
+    };
+    let config = jointer_controller::clients::aws_config(Some(eks.region)).await;
+    let cluster = describe_cluster(eks.client, eks.name, None).await?;
+    let cloud = AwsCloud::new(&config, eks.region, cluster, Arc::new(Metrics::new()))?;
+    let types_of_class = cloud.types_of_ready_classes(&snap.nodeclasses).await?;
+    Ok((snap, types_of_class))
+}
+
+/// The disruption settings the controller decides with.
+pub struct DisruptionSettings {
+    pub settle: Duration,
+    pub spot_to_spot: bool,
+}
+
+/// The settings the installed bundled controller runs with (its Deployment's env), so
+/// `explain node` agrees with it; the controller's defaults when it runs some other way.
+pub async fn controller_settings(
+    kube: &kube::Client,
+    controller: &Controller,
+) -> DisruptionSettings {
+    use jointer_controller::runtime::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
+    let deployments: Api<Deployment> = Api::namespaced(kube.clone(), &controller.namespace);
+    let env: Vec<(String, String)> = match deployments.get_opt(BUNDLED_DEPLOYMENT).await {
+        Ok(Some(d)) => d
+            .spec
+            .template
+            .spec
+            .and_then(|p| p.containers.into_iter().next())
+            .and_then(|c| c.env)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let settle = value("DISRUPTION_SETTLE")
+        .and_then(|v| seconds(v).ok())
+        .or_else(|| seconds(DEFAULT_DISRUPTION_SETTLE).ok())
+        .unwrap_or_default();
+    DisruptionSettings {
+        settle,
+        spot_to_spot: value("SPOT_TO_SPOT_CONSOLIDATION") == Some("true"),
+    }
+}
+
+/// What holds a NodePool's nodes: pods that will not leave them on their own (do-not-disrupt,
+/// or a PodDisruptionBudget that allows no eviction now).
+pub async fn holders(kube: &kube::Client, pool: &str) -> Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let nodes: BTreeSet<String> = nodes
+        .list(&ListParams::default().labels(&format!("{NODEPOOL}={pool}")))
+        .await?
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let on_nodes: Vec<Pod> = list_all::<Pod>(kube)
+        .await?
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| nodes.contains(n))
+        })
+        .map(|p| (*p).clone())
+        .collect();
+    let pdbs = list_all::<PodDisruptionBudget>(kube).await?;
+    Ok(drain::holders(&on_nodes, &pdbs, Timestamp::now()))
+}

@@ -1,0 +1,90 @@
+//! `jointer bench scheduling`: one solve on a benchmark profile, with figures (not a test).
+
+use std::time::Instant;
+
+use jointer_controller::core::benchmark;
+use jointer_controller::core::scheduling::solve;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Karpenter's own benchmark input (synthetic instance types, five pod groups).
+    Upstream,
+    /// The embedded AWS catalog and a mixed workload without spread or affinity.
+    Aws,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    pub profile: &'static str,
+    pub pods: usize,
+    pub instance_types: usize,
+    pub nodes: usize,
+    pub unschedulable: usize,
+    pub solve_seconds: f64,
+    pub pods_per_second: f64,
+    pub price_per_hour: f64,
+    pub lower_bound_per_hour: Option<f64>,
+    pub gap_percent: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+    pub plan_verified: bool,
+    /// The first few problems the checker found in the plan, when it is not verified.
+    #[serde(skip)]
+    pub problems: Vec<String>,
+}
+
+impl Figures {
+    /// A plan the checker rejects fails the run: the figures of a wrong plan mean nothing.
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        if self.plan_verified {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+pub fn run(
+    profile: Profile,
+    pods: usize,
+    instance_types: usize,
+    seed: u64,
+) -> anyhow::Result<Figures> {
+    let problem = match profile {
+        Profile::Upstream => benchmark::upstream(pods, instance_types, seed),
+        Profile::Aws => benchmark::aws(pods, seed)?,
+    };
+    let types = problem.pools.iter().map(|p| p.instance_types.len()).sum();
+    let started = Instant::now();
+    let plan = solve(&problem);
+    let solve_seconds = started.elapsed().as_secs_f64();
+    let price = plan.price_per_hour();
+    let lower = benchmark::lower_bound_per_hour(&problem);
+    let problems = jointer_controller::scheduling::checker::check(&problem, &plan);
+    Ok(Figures {
+        profile: match profile {
+            Profile::Upstream => "upstream",
+            Profile::Aws => "aws",
+        },
+        pods,
+        instance_types: types,
+        nodes: plan.nodeclaims.len(),
+        unschedulable: plan.unschedulable.len(),
+        solve_seconds,
+        pods_per_second: pods as f64 / solve_seconds.max(1e-9),
+        price_per_hour: price,
+        lower_bound_per_hour: lower,
+        gap_percent: lower.filter(|l| *l > 0.0).map(|l| (price - l) / l * 100.0),
+        peak_rss_bytes: peak_rss_bytes(),
+        plan_verified: problems.is_empty(),
+        problems: problems.into_iter().take(5).collect(),
+    })
+}
