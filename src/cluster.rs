@@ -13,10 +13,9 @@ use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodeclaim::NodeClaim;
 use jointer_controller::api::NodePool;
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
-use jointer_controller::lifecycle::drain;
-use jointer_controller::provisioning::snapshot::Snapshot;
-use jointer_controller::runtime::metrics::Metrics;
-use jointer_controller::scheduling::InstanceType;
+use jointer_controller::core::scheduling::InstanceType;
+use jointer_controller::core::state::Snapshot;
+use jointer_controller::metrics::Metrics;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -80,8 +79,9 @@ pub async fn cluster_state(kube: &kube::Client, eks: Eks<'_>) -> Result<(Snapsho
     };
     let config = jointer_controller::clients::aws_config(Some(eks.region)).await;
     let cluster = describe_cluster(eks.client, eks.name, None).await?;
-    let cloud = AwsCloud::new(&config, eks.region, cluster, Arc::new(Metrics::new()))?;
-    let types_of_class = cloud.types_of_ready_classes(&snap.nodeclasses).await?;
+    let cloud = AwsCloud::new(&config, eks.region, cluster, "", Arc::new(Metrics::new()))?;
+    let types_of_class =
+        jointer_controller::cloud::CloudProvider::instance_types(&cloud, &snap.nodeclasses).await?;
     Ok((snap, types_of_class))
 }
 
@@ -97,7 +97,7 @@ pub async fn controller_settings(
     kube: &kube::Client,
     controller: &Controller,
 ) -> DisruptionSettings {
-    use jointer_controller::runtime::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
+    use jointer_controller::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), &controller.namespace);
     let env: Vec<(String, String)> = match deployments.get_opt(BUNDLED_DEPLOYMENT).await {
         Ok(Some(d)) => d
@@ -146,5 +146,14 @@ pub async fn holders(kube: &kube::Client, pool: &str) -> Result<Vec<String>> {
         .map(|p| (*p).clone())
         .collect();
     let pdbs = list_all::<PodDisruptionBudget>(kube).await?;
-    Ok(drain::holders(&on_nodes, &pdbs, Timestamp::now()))
+    Ok(jointer_controller::core::pods::holders(
+        &on_nodes,
+        &pdbs,
+        Timestamp::now(),
+    ))
+}
+
+/// How long ago `at` was (zero for a time in the future).
+pub fn since(at: k8s_openapi::jiff::Timestamp) -> Duration {
+    Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(at)).unwrap_or_default()
 }

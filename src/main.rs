@@ -188,6 +188,11 @@ enum Command {
         /// How long to wait for nodes to drain and instances to terminate.
         #[arg(long, value_parser = parse_seconds, default_value = "900")]
         timeout: Duration,
+        /// When no controller runs to drain the NodePools' nodes: release their NodeClaims,
+        /// nodes and finalizers here instead, and let the sweep terminate their instances
+        /// (pods on them are not drained). Without it, teardown stops at once saying so.
+        #[arg(long)]
+        force: bool,
     },
     /// Each NodePool's nodes, capacity and $/hour now, what its disruption budgets allow right
     /// now, and whether each EC2NodeClass is Ready.
@@ -276,6 +281,7 @@ fn options(adopt: bool, delete_crds: bool, timeout: Duration) -> Options {
         adopt,
         delete_crds,
         timeout,
+        force: false,
     }
 }
 
@@ -330,8 +336,12 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
             dry_run,
             delete_crds,
             timeout,
+            force,
         } => {
-            let options = options(false, *delete_crds, *timeout);
+            let options = Options {
+                force: *force,
+                ..options(false, *delete_crds, *timeout)
+            };
             let asked = if *dry_run { None } else { Some(confirm(*yes)) };
             teardown(target, options, asked, output)
         }

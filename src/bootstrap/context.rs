@@ -27,6 +27,9 @@ pub struct Options {
     pub delete_crds: bool,
     /// How long to wait for nodes to drain, instances to terminate, the controller to run.
     pub timeout: Duration,
+    /// Teardown without a running controller: release the NodePools' NodeClaims and nodes
+    /// and the classes' finalizers itself (the sweep then terminates their instances).
+    pub force: bool,
 }
 
 /// What the command line adds to the config.

@@ -68,7 +68,7 @@ pub fn run(
     let solve_seconds = started.elapsed().as_secs_f64();
     let price = plan.price_per_hour();
     let lower = benchmark::lower_bound_per_hour(&problem);
-    let problems = jointer_controller::scheduling::checker::check(&problem, &plan);
+    let problems = jointer_controller::core::scheduling::checker::check(&problem, &plan);
     Ok(Figures {
         profile: match profile {
             Profile::Upstream => "upstream",

@@ -3,9 +3,10 @@
 //! and the same cluster objects the controller decides with.
 
 use anyhow::{bail, Context as _, Result};
-use jointer_controller::disruption::decide::{decide, Inputs as DecideInputs};
-use jointer_controller::provisioning::snapshot::{self, is_provisionable, Snapshot};
-use jointer_controller::scheduling::{solve, PodKey, SchedPod};
+use jointer_controller::core::disruption::{decide, Inputs as DecideInputs};
+use jointer_controller::core::pods::is_provisionable;
+use jointer_controller::core::scheduling::{solve, PodKey, SchedPod};
+use jointer_controller::core::state::{self, Snapshot};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::ResourceExt;
@@ -180,7 +181,7 @@ fn pending(
     snap: &Snapshot,
     types_of_class: &TypesOfClass,
 ) -> Explanation {
-    let mut built = snapshot::build(snap, types_of_class);
+    let mut built = state::build(snap, types_of_class);
     // A pod kube-scheduler has not given up on yet is explained all the same.
     let waiting_on_scheduler = !is_provisionable(pod);
     if waiting_on_scheduler {

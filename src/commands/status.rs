@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
+use jointer_controller::api::conditions::class_not_ready;
 use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodepool::DisruptionReason;
 use jointer_controller::core::disruption::budget;

@@ -3,17 +3,17 @@
 //! `apply --wait` and the complete teardown with its sweep. The local API server stands in for
 //! every test world's EKS cluster, so these tests take turns and each leaves it as it found it.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::support::testenv::{
     self, audit_offset, clear_calls, jointer_kube_requests_since, jointer_kube_writes_since,
-    mutating_calls,
+    mutating_calls, wait_for,
 };
 use crate::support::world::Setup;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
 
@@ -797,5 +797,129 @@ spec:
     );
     let plan = s.jointer(&["plan"]);
     assert!(plan.stderr.contains("warning: EC2NodeClass default uses role SomeoneElsesRole, which jointer does not manage"), "{}", plan.stderr);
+    torn_down(&s);
+}
+
+/// Found on the test world: a first apply on a cluster without the CRDs raced their
+/// establishment. Each round deletes the CRDs (and with them the node objects), and the next
+/// apply must install them, wait for them to be Established and served, and converge.
+#[tokio::test]
+async fn twenty_first_applies_on_a_cluster_without_the_crds_all_succeed() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("bc-crds20", "").await;
+    let client = testenv::kube().await;
+    s.apply();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let names = [
+        "nodepools.karpenter.sh",
+        "nodeclaims.karpenter.sh",
+        "ec2nodeclasses.karpenter.k8s.aws",
+    ];
+    let mut succeeded = 0;
+    for round in 1..=20 {
+        for name in names {
+            let _ = crds.delete(name, &DeleteParams::default()).await;
+        }
+        wait_for("the CRDs to be gone", Duration::from_secs(60), || async {
+            for name in names {
+                if crds.get_opt(name).await.ok()?.is_some() {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await;
+        let run = s.jointer(&["apply", "--yes"]);
+        assert_eq!(run.code, 0, "first apply of round {round} failed: {run:#?}");
+        succeeded += 1;
+    }
+    assert_eq!(succeeded, 20);
+    s.in_sync();
+    eprintln!("first applies on a cluster without the CRDs: {succeeded} of 20 succeeded");
+    torn_down(&s);
+}
+
+/// Fields another manager adds to objects jointer wholly owns are drift (an added weight or
+/// taint changes what the cluster launches), and apply takes the objects back to the
+/// rendered state; the API server's defaults and status are not drift.
+#[tokio::test]
+async fn fields_another_manager_adds_to_owned_objects_are_drift_and_apply_removes_them() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("bc-oob", "").await;
+    let client = testenv::kube().await;
+    s.apply();
+    s.in_sync();
+    let other = PatchParams {
+        field_manager: Some("someone-else".into()),
+        ..PatchParams::default()
+    };
+    nodepools(&client)
+        .patch(
+            "default",
+            &other,
+            &Patch::Merge(json!({"spec": {"weight": 42, "template": {"spec": {
+                "taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}}}})),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    deployments
+        .patch(
+            "jointer-controller",
+            &other,
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                "kubectl.kubernetes.io/restartedAt": "2026-12-01T00:00:00Z"}}}}})),
+        )
+        .await
+        .unwrap();
+    let run = s.jointer(&["drift"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    let pool_line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains("NodePool default"))
+        .unwrap_or_else(|| panic!("no NodePool line: {}", run.stdout));
+    assert!(
+        pool_line.contains("spec.weight") && pool_line.contains("42 (set by someone-else) → unset"),
+        "{pool_line}"
+    );
+    assert!(
+        pool_line.contains("spec.template.spec.taints"),
+        "{pool_line}"
+    );
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.contains("Deployment kube-system/jointer-controller")
+                && l.contains("spec.template.metadata.annotations")),
+        "{}",
+        run.stdout
+    );
+    s.apply();
+    s.in_sync();
+    let pool = nodepools(&client).get("default").await.unwrap();
+    assert!(
+        pool.data["spec"].get("weight").is_none(),
+        "{:?}",
+        pool.data["spec"]
+    );
+    assert!(
+        pool.data["spec"]["template"]["spec"]
+            .get("taints")
+            .is_none(),
+        "{:?}",
+        pool.data["spec"]["template"]
+    );
+    let d = deployments.get("jointer-controller").await.unwrap();
+    let annotations = d
+        .spec
+        .template
+        .metadata
+        .and_then(|m| m.annotations)
+        .unwrap_or_default();
+    assert!(
+        !annotations.contains_key("kubectl.kubernetes.io/restartedAt"),
+        "{annotations:?}"
+    );
     torn_down(&s);
 }

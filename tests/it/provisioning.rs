@@ -1953,3 +1953,81 @@ async fn a_capacity_reservation_is_filled_first_and_then_on_demand_takes_over() 
     // Its instance terminated, the reservation has room again.
     assert_eq!(room(ec2.clone(), reservation.clone()).await, Some(1));
 }
+
+/// Found on the test world: with the controller stopped, teardown waited out its timeout
+/// although nothing could drain the nodes. Now it says no controller runs and stops at once
+/// (exit 1, naming what is left); with `--force` it releases the NodeClaims and nodes itself,
+/// the sweep terminates their instances, and nothing is leaked.
+#[tokio::test]
+async fn teardown_without_a_controller_stops_at_once_or_with_force_leaks_nothing() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("prov-noctl", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let controller = Controller::start(&s.cluster, "replica-a", 28250, None);
+    namespace(&admin, &s.cluster).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &s.cluster);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 1, "1", json!({})),
+        )
+        .await
+        .expect("web");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &s.cluster);
+    wait_for("the pod Running", Duration::from_secs(120), || async {
+        (running(&pods.list(&ListParams::default()).await.ok()?.items) == 1).then_some(())
+    })
+    .await;
+    assert_eq!(instances(&s).await.len(), 1);
+    // SIGKILL: the replica neither drains nor releases its Lease, as after a crash.
+    controller.crash();
+
+    let started = Instant::now();
+    let run = s.jointer(&["teardown", "--yes"]);
+    let took = started.elapsed();
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(
+        run.stderr.contains("no controller is running") && run.stderr.contains("--force"),
+        "says why and what to do: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("1 NodeClaim(s)"),
+        "names what is left: {}",
+        run.stderr
+    );
+    // The Lease looks held for up to 30 s after the crash; then 5 s of no controller.
+    assert!(took < Duration::from_secs(90), "stopped after {took:?}");
+    assert_eq!(
+        instances(&s).await.len(),
+        1,
+        "nothing terminated without --force"
+    );
+
+    let run = s.jointer(&["teardown", "--yes", "--force", "--timeout", "180"]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(
+        instances(&s).await.is_empty(),
+        "the sweep terminated the instance"
+    );
+    assert!(
+        world_claims(&admin, &s.cluster).await.is_empty(),
+        "no NodeClaim is left"
+    );
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let left: Vec<String> = nodes
+        .list(&ListParams::default().labels(&format!("{WORLD_LABEL}={}", s.cluster)))
+        .await
+        .expect("nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    assert!(left.is_empty(), "no Node is left: {left:?}");
+    eprintln!("teardown without a controller stopped after {took:?}");
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&s.cluster, &DeleteParams::default())
+        .await;
+}

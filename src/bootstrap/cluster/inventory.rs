@@ -174,7 +174,10 @@ pub fn diff(
             Change::new(
                 op,
                 resource,
-                kube_objects::Action::Apply { object: inventory },
+                kube_objects::Action::Apply {
+                    object: inventory,
+                    reset: Vec::new(),
+                },
             )
             .field("data.objects")
             .detail(format!("{} object(s)", desired.len())),

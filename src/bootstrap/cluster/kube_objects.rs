@@ -4,8 +4,10 @@
 //! and labels that say whose an object is.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -280,7 +282,10 @@ pub async fn observe(ctx: &Context, desired: &Value) -> Result<Observed> {
 /// only reports one as `Live` when adopting).
 pub fn diff(desired: Value, observed: &Observed) -> Result<Option<Change>> {
     let resource = ObjectRef::of(&desired)?.label();
-    let apply = |desired| Action::Apply { object: desired };
+    let apply = |desired| Action::Apply {
+        object: desired,
+        reset: Vec::new(),
+    };
     Ok(match observed {
         Observed::NoKind => Some(
             Change::new(Op::Create, resource, apply(desired))
@@ -292,13 +297,33 @@ pub fn diff(desired: Value, observed: &Observed) -> Result<Option<Change>> {
             manager(live)
         ),
         Observed::Live { live, after } => {
-            let diffs = differences(live, after);
+            let mut diffs = differences(live, after);
+            // Fields of its spec only another manager set: an apply leaves them, so they are
+            // reset to what jointer renders (unset, when it renders none).
+            let foreign = foreign_fields(after);
+            for (path, manager) in &foreign {
+                let now = path
+                    .iter()
+                    .try_fold(&live["spec"], |v, k| v.get(k))
+                    .map_or("…".to_string(), short);
+                diffs.push(format!(
+                    "spec.{}: {now} (set by {manager}) → {}",
+                    path.join("."),
+                    path.iter()
+                        .try_fold(&desired["spec"], |v, k| v.get(k))
+                        .map_or("unset".to_string(), short)
+                ));
+            }
             if diffs.is_empty() {
                 None
             } else {
                 let (field, detail) = summarize(&diffs, is_ours(live));
+                let action = Action::Apply {
+                    object: desired,
+                    reset: foreign.into_iter().map(|(path, _)| path).collect(),
+                };
                 Some(
-                    Change::new(Op::Update, resource, apply(desired))
+                    Change::new(Op::Update, resource, action)
                         .field(field)
                         .detail(detail),
                 )
@@ -348,8 +373,15 @@ fn summarize(diffs: &[String], ours: bool) -> (String, String) {
 
 #[derive(Debug, Clone)]
 pub enum Action {
-    Apply { object: Value },
-    Delete { object: ObjectRef },
+    /// Server-side apply; then each `reset` path under `spec` (set by another field manager)
+    /// back to the desired value, or removed.
+    Apply {
+        object: Value,
+        reset: Vec<Vec<String>>,
+    },
+    Delete {
+        object: ObjectRef,
+    },
 }
 
 impl From<Action> for crate::bootstrap::Action {
@@ -360,17 +392,25 @@ impl From<Action> for crate::bootstrap::Action {
 
 pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
     match action {
-        Action::Apply { object } => {
+        Action::Apply { object, reset } => {
             let r = ObjectRef::of(object)?;
-            let Some(api) = api_for(ctx, &r).await? else {
-                bail!(
-                    "{}: the API server does not serve {} {}",
-                    r.label(),
-                    r.api_version,
-                    r.kind
-                );
+            let api = match api_for(ctx, &r).await? {
+                Some(api) => api,
+                None => served(ctx, &r).await?,
             };
             apply(&api, object, false).await?;
+            if !reset.is_empty() {
+                api.patch(
+                    &r.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(reset_patch(object, reset)),
+                )
+                .await
+                .with_context(|| format!("resetting the fields others set on {}", r.label()))?;
+            }
+            if r.kind == "CustomResourceDefinition" {
+                established(ctx, &r.name).await?;
+            }
         }
         Action::Delete { object } => {
             if let Some(api) = api_for(ctx, object).await? {
@@ -381,10 +421,216 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
     Ok(())
 }
 
+/// The paths under `spec` that a field manager other than jointer set and jointer does not
+/// (per `managedFields`), with that manager. Status writes (the `status` subresource) are not
+/// looked at, and neither are API-server defaults (no manager owns them). A path ends at a
+/// list whose items are owned one by one: the list is reset as a whole.
+pub fn foreign_fields(object: &Value) -> Vec<(Vec<String>, String)> {
+    let entries = object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let spec_paths = |e: &Value| {
+        let mut out = Vec::new();
+        if let Some(spec) = e.pointer("/fieldsV1/f:spec") {
+            owned_paths(spec, &mut Vec::new(), &mut out);
+        }
+        out
+    };
+    let main = |e: &&Value| e.get("subresource").is_none_or(|s| s.as_str() == Some(""));
+    let ours: std::collections::BTreeSet<Vec<String>> = entries
+        .iter()
+        .filter(main)
+        .filter(|e| e["manager"] == FIELD_MANAGER)
+        .flat_map(spec_paths)
+        .collect();
+    let mut foreign: Vec<(Vec<String>, String)> = Vec::new();
+    for e in entries
+        .iter()
+        .filter(main)
+        .filter(|e| e["manager"] != FIELD_MANAGER)
+    {
+        let manager = e["manager"].as_str().unwrap_or("another field manager");
+        for path in spec_paths(e) {
+            let covered = ours
+                .iter()
+                .any(|o| path.starts_with(o) || o.starts_with(&path));
+            if !covered && !foreign.iter().any(|(p, _)| *p == path) {
+                foreign.push((path, manager.to_string()));
+            }
+        }
+    }
+    foreign
+}
+
+/// The leaf field paths of a `fieldsV1` tree (`f:name` keys; a `k:`/`v:`/`i:` key marks a list
+/// item, whose list is then the path).
+fn owned_paths(node: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let Some(map) = node.as_object() else {
+        return;
+    };
+    let fields: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| *k != ".").collect();
+    if fields.is_empty() {
+        out.push(path.clone());
+        return;
+    }
+    if fields.iter().any(|(k, _)| !k.starts_with("f:")) {
+        out.push(path.clone());
+        return;
+    }
+    for (k, child) in fields {
+        path.push(k.trim_start_matches("f:").to_string());
+        owned_paths(child, path, out);
+        path.pop();
+    }
+}
+
+/// A merge patch setting each path under `spec` to its value in `desired`, or removing it.
+fn reset_patch(desired: &Value, paths: &[Vec<String>]) -> Value {
+    let mut patch = serde_json::json!({"spec": {}});
+    for path in paths {
+        let value = path
+            .iter()
+            .try_fold(&desired["spec"], |v, k| v.get(k))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let mut at = &mut patch["spec"];
+        for k in &path[..path.len().saturating_sub(1)] {
+            if !at.get(k).is_some_and(Value::is_object) {
+                at[k.as_str()] = serde_json::json!({});
+            }
+            at = &mut at[k.as_str()];
+        }
+        if let Some(last) = path.last() {
+            at[last.as_str()] = value;
+        }
+    }
+    patch
+}
+
+/// How long a CRD applied a moment ago may take to be Established and its kind served.
+const SERVE_TIMEOUT: Duration = Duration::from_secs(60);
+const SERVE_POLL: Duration = Duration::from_millis(250);
+
+/// Waits until the API server reports the CRD `Established` (it accepts objects of its kind
+/// only then; on a real cluster that takes a moment after the CRD is created).
+async fn established(ctx: &Context, name: &str) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(ctx.kube.clone());
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let crd = crds
+            .get(name)
+            .await
+            .with_context(|| format!("reading CustomResourceDefinition {name}"))?;
+        let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+        {
+            return Ok(());
+        }
+        if started.elapsed() > SERVE_TIMEOUT {
+            let why: Vec<String> = conditions
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}: {}",
+                        c.type_,
+                        c.status,
+                        c.message.clone().unwrap_or_default()
+                    )
+                })
+                .collect();
+            bail!(
+                "CustomResourceDefinition {name} is not Established after {} s ({}); re-running apply picks up from here",
+                SERVE_TIMEOUT.as_secs(),
+                if why.is_empty() { "no conditions yet".to_string() } else { why.join("; ") }
+            );
+        }
+        if !said {
+            ctx.progress
+                .note_inline(" (waiting for it to be Established)");
+            said = true;
+        }
+        tokio::time::sleep(SERVE_POLL).await;
+    }
+}
+
+/// The API of a kind the server does not serve yet: its CRD was just applied and discovery
+/// has not caught up. Asked again until it is, for a bounded time.
+async fn served(ctx: &Context, r: &ObjectRef) -> Result<Api<DynamicObject>> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        if let Some(api) = api_for(ctx, r).await? {
+            return Ok(api);
+        }
+        if started.elapsed() > SERVE_TIMEOUT {
+            bail!(
+                "{}: the API server does not serve {} {} after {} s (is its CustomResourceDefinition installed and Established?)",
+                r.label(),
+                r.api_version,
+                r.kind,
+                SERVE_TIMEOUT.as_secs()
+            );
+        }
+        if !said {
+            ctx.progress.note_inline(&format!(
+                " (waiting for the API server to serve {} {})",
+                r.api_version, r.kind
+            ));
+            said = true;
+        }
+        tokio::time::sleep(SERVE_POLL).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn fields_only_another_manager_set_under_spec_are_foreign() {
+        let object = json!({"metadata": {"managedFields": [
+            {"manager": "jointer", "operation": "Apply", "fieldsV1": {"f:spec": {
+                "f:template": {"f:spec": {"f:requirements": {}}}, "f:limits": {"f:cpu": {}}}}},
+            {"manager": "kubectl-patch", "operation": "Update", "fieldsV1": {"f:spec": {
+                "f:weight": {}, "f:limits": {"f:cpu": {}}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:spec": {
+                "f:template": {"f:spec": {"f:taints": {"k:{\"key\":\"x\"}": {".": {}}}}}}}},
+            {"manager": "jointer-controller", "operation": "Update", "subresource": "status",
+                "fieldsV1": {"f:status": {"f:nodes": {}}}},
+        ]}});
+        assert_eq!(
+            foreign_fields(&object),
+            vec![
+                (vec!["weight".to_string()], "kubectl-patch".to_string()),
+                (
+                    vec![
+                        "template".to_string(),
+                        "spec".to_string(),
+                        "taints".to_string()
+                    ],
+                    "kubectl-edit".to_string()
+                ),
+            ],
+            "co-owned limits.cpu and status writes are not foreign"
+        );
+        let desired = json!({"spec": {"template": {"spec": {"taints": [{"key": "y"}]}}}});
+        assert_eq!(
+            reset_patch(
+                &desired,
+                &[
+                    vec!["weight".into()],
+                    vec!["template".into(), "spec".into(), "taints".into()]
+                ]
+            ),
+            json!({"spec": {"weight": null, "template": {"spec": {"taints": [{"key": "y"}]}}}})
+        );
+    }
 
     #[test]
     fn differences_name_the_field_and_ignore_bookkeeping() {

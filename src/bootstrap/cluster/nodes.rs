@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use jointer_controller::api::labels::NODEPOOL;
+use jointer_controller::runtime::leader::{LEASE_DURATION, LEASE_NAME};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef, MANAGED_BY, MANAGED_BY_LABEL};
@@ -132,18 +134,103 @@ fn foreign_role(ctx: &Context, object: &Value) -> Option<String> {
     })
 }
 
-pub async fn controller_available(ctx: &Context) -> Result<bool> {
+/// Whether a controller runs to drain and terminate nodes: its Deployment has an available
+/// replica and, for the bundled controller, its leader Lease was renewed lately (a Deployment
+/// can look available while no replica leads, and a controller run elsewhere has no
+/// Deployment replica at all). `Err` says what is missing.
+pub async fn controller_running(ctx: &Context) -> Result<std::result::Result<(), String>> {
     let Some((ns, name)) = live::controller_deployment(&ctx.config.controller) else {
-        return Ok(true); // installed by someone else: assume it runs
+        return Ok(Ok(())); // installed by someone else: assume it runs
     };
     let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(ctx.kube.clone(), &ns);
-    let found = api.get_opt(&name).await?;
-    Ok(found
+    let available = api
+        .get_opt(&name)
+        .await?
         .and_then(|d| d.status)
         .and_then(|s| s.available_replicas)
-        .unwrap_or(0)
-        > 0)
+        .unwrap_or(0);
+    if available == 0 {
+        return Ok(Err(format!(
+            "its Deployment {ns}/{name} has no available replica"
+        )));
+    }
+    if ctx.config.controller.install != crate::input::config::Install::Bundled {
+        return Ok(Ok(()));
+    }
+    let leases: Api<Lease> = Api::namespaced(ctx.kube.clone(), &ns);
+    let renewed = leases
+        .get_opt(LEASE_NAME)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.renew_time)
+        .map(|t| t.0);
+    let stale_after = LEASE_DURATION * 2;
+    match renewed {
+        Some(at) if live::since(at) <= stale_after => Ok(Ok(())),
+        Some(at) => Ok(Err(format!(
+            "its leader Lease {ns}/{LEASE_NAME} was last renewed {} s ago",
+            live::since(at).as_secs()
+        ))),
+        None => Ok(Err(format!(
+            "no replica holds its leader Lease {ns}/{LEASE_NAME}"
+        ))),
+    }
 }
+
+/// Without a controller, `--force` lets go what only the controller would: the NodeClaims of
+/// the pool (or of the class) lose their finalizer and their Nodes are deleted, then the
+/// object's own finalizer goes; their instances are left to the sweep, which terminates every
+/// instance the controller launched for the cluster.
+async fn release_without_controller(
+    ctx: &Context,
+    r: &ObjectRef,
+    pool: Option<&str>,
+) -> Result<()> {
+    let unblock = serde_json::json!({"metadata": {"finalizers": null}});
+    let nodes: Api<Node> = Api::all(ctx.kube.clone());
+    if let Some(claims) = kube_objects::api_for(ctx, &claim_ref()).await? {
+        let params = pool.map(in_pool).unwrap_or_default();
+        for c in claims.list(&params).await?.items {
+            let class = c.data["spec"]["nodeClassRef"]["name"].as_str();
+            if pool.is_none() && class != Some(r.name.as_str()) {
+                continue;
+            }
+            if let Some(node) = c.data["status"]["nodeName"].as_str() {
+                nodes.delete(node, &DeleteParams::default()).await.ok();
+            }
+            let name = c.metadata.name.clone().unwrap_or_default();
+            claims
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&unblock))
+                .await?;
+            claims.delete(&name, &DeleteParams::background()).await.ok();
+        }
+    }
+    if let Some(pool) = pool {
+        for n in nodes.list(&in_pool(pool)).await?.items {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            nodes.delete(&name, &DeleteParams::default()).await.ok();
+        }
+    }
+    if let Some(api) = kube_objects::api_for(ctx, r).await? {
+        if kube_objects::get(&api, r).await?.is_some() {
+            api.patch(&r.name, &PatchParams::default(), &Patch::Merge(&unblock))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+fn claim_ref() -> ObjectRef {
+    ObjectRef {
+        api_version: NODEPOOL_V1.into(),
+        kind: "NodeClaim".into(),
+        namespace: None,
+        name: String::new(),
+    }
+}
+
+/// How long "no controller" must hold before teardown stops (or, with `--force`, acts) on it.
+const NO_CONTROLLER_GRACE: Duration = Duration::from_secs(5);
 
 /// Lists only what belongs to `pool`: the controller labels its NodeClaims and nodes with it.
 fn in_pool(pool: &str) -> ListParams {
@@ -151,13 +238,7 @@ fn in_pool(pool: &str) -> ListParams {
 }
 
 async fn count_claims(ctx: &Context, pool: &str) -> Result<usize> {
-    let r = ObjectRef {
-        api_version: NODEPOOL_V1.into(),
-        kind: "NodeClaim".into(),
-        namespace: None,
-        name: String::new(),
-    };
-    let Some(api) = kube_objects::api_for(ctx, &r).await? else {
+    let Some(api) = kube_objects::api_for(ctx, &claim_ref()).await? else {
         return Ok(0);
     };
     Ok(api.list(&in_pool(pool)).await?.items.len())
@@ -176,7 +257,8 @@ async fn exists(ctx: &Context, r: &ObjectRef) -> Result<bool> {
 }
 
 /// Polls until `left` reports nothing left, printing progress every 10 s; fails at the
-/// timeout, or at once when something is left and no controller runs to remove it.
+/// timeout, or at once when something is left and no controller runs to remove it (unless
+/// `--force`, which releases it instead).
 async fn wait_until_gone(
     ctx: &Context,
     what: &str,
@@ -185,6 +267,8 @@ async fn wait_until_gone(
 ) -> Result<()> {
     let started = Instant::now();
     let mut last_report = Instant::now();
+    let mut released = false;
+    let mut no_controller_since: Option<Instant> = None;
     loop {
         let (claims, nodes) = match pool {
             Some(p) => (count_claims(ctx, p).await?, count_nodes(ctx, p).await?),
@@ -210,10 +294,30 @@ async fn wait_until_gone(
                 );
             }
         }
-        if !controller_available(ctx).await? {
-            bail!(
-                "{what}: {left}, and no controller is running to drain and terminate them (its Deployment has no available replica): start the controller and re-run teardown"
-            );
+        // A verdict that holds for a few seconds, not one read taken mid-rollout.
+        let missing = match controller_running(ctx).await? {
+            Ok(()) => {
+                no_controller_since = None;
+                None
+            }
+            Err(why) => {
+                let since = *no_controller_since.get_or_insert_with(Instant::now);
+                (since.elapsed() >= NO_CONTROLLER_GRACE).then_some(why)
+            }
+        };
+        if let Some(why) = missing {
+            if !ctx.options.force {
+                bail!(
+                    "{what}: {left}, and no controller is running to drain and terminate them ({why}): start the controller and re-run teardown, or re-run with --force to release them without it (the sweep then terminates their instances)"
+                );
+            }
+            if !released {
+                ctx.progress.note(&format!(
+                    "  {what}: {left}, and no controller is running ({why}): --force releases them; the sweep terminates their instances"
+                ));
+                release_without_controller(ctx, r, pool).await?;
+                released = true;
+            }
         }
         if timed_out {
             bail!(
