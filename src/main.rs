@@ -20,6 +20,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+// `--timeout 600`, `600s` or `10m`: read as the controller reads its duration settings.
+use jointer_controller::settings::seconds;
 
 use bootstrap::run::{self, Confirm, Wait};
 use bootstrap::{Goal, Options, Templates};
@@ -65,13 +67,6 @@ struct Target {
     /// config's EKS cluster.
     #[arg(long)]
     context: Option<String>,
-}
-
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    s.trim_end_matches('s')
-        .parse::<u64>()
-        .map(Duration::from_secs)
-        .map_err(|_| format!("{s:?} is not a number of seconds"))
 }
 
 #[derive(Subcommand)]
@@ -163,7 +158,7 @@ enum Command {
         #[arg(long)]
         wait: bool,
         /// How long --wait waits.
-        #[arg(long, value_parser = parse_seconds, default_value = "600")]
+        #[arg(long, value_parser = seconds, default_value = "600")]
         timeout: Duration,
     },
     /// Compare AWS and the cluster with the config: exit 0 in sync, 2 on drift, 1 on error.
@@ -186,7 +181,7 @@ enum Command {
         #[arg(long)]
         delete_crds: bool,
         /// How long to wait for nodes to drain and instances to terminate.
-        #[arg(long, value_parser = parse_seconds, default_value = "900")]
+        #[arg(long, value_parser = seconds, default_value = "900")]
         timeout: Duration,
         /// When no controller runs to drain the NodePools' nodes: release their NodeClaims,
         /// nodes and finalizers here instead, and let the sweep terminate their instances

@@ -151,7 +151,7 @@ mod tests {
         instance_type: Option<&str>,
         deleting: bool,
     ) -> Arc<NodeClaim> {
-        let mut labels = serde_json::json!({"karpenter.sh/nodepool": pool});
+        let mut labels = serde_json::json!({NODEPOOL: pool});
         let mut status = serde_json::json!({});
         if let Some(t) = instance_type {
             labels["node.kubernetes.io/instance-type"] = t.into();

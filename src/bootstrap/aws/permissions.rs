@@ -2,6 +2,7 @@
 //! the two roles, as typed statements. Split into several managed policies so that each stays
 //! under IAM's 6,144-character limit even for a 100-character cluster name.
 
+use jointer_controller::api::labels;
 use serde_json::json;
 
 use super::policy::{Document, Partition, Statement};
@@ -68,27 +69,31 @@ const CREATE_ACTIONS: [&str; 3] = ["RunInstances", "CreateFleet", "CreateLaunchT
 fn request_tags(s: Statement, scope: &Scope) -> Statement {
     s.when(
         "StringEquals",
-        &format!("aws:RequestTag/kubernetes.io/cluster/{}", scope.cluster),
+        &format!("aws:RequestTag/{}", labels::cluster_tag(&scope.cluster)),
         &["owned"],
     )
     .when(
         "StringEquals",
-        "aws:RequestTag/eks:eks-cluster-name",
+        &format!("aws:RequestTag/{}", labels::EKS_CLUSTER_TAG),
         &[&scope.cluster],
     )
-    .when("StringLike", "aws:RequestTag/karpenter.sh/nodepool", &["*"])
+    .when(
+        "StringLike",
+        &format!("aws:RequestTag/{}", labels::NODEPOOL),
+        &["*"],
+    )
 }
 
 /// The owned-by-the-cluster conditions on resources the controller touches later.
 fn resource_tags(s: Statement, scope: &Scope) -> Statement {
     s.when(
         "StringEquals",
-        &format!("aws:ResourceTag/kubernetes.io/cluster/{}", scope.cluster),
+        &format!("aws:ResourceTag/{}", labels::cluster_tag(&scope.cluster)),
         &["owned"],
     )
     .when(
         "StringLike",
-        "aws:ResourceTag/karpenter.sh/nodepool",
+        &format!("aws:ResourceTag/{}", labels::NODEPOOL),
         &["*"],
     )
 }
@@ -160,7 +165,7 @@ fn node_lifecycle(scope: &Scope) -> Document {
     .when(
         "ForAllValues:StringEquals",
         "aws:TagKeys",
-        &["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"],
+        &[labels::EKS_CLUSTER_TAG, labels::NODECLAIM_TAG, "Name"],
     );
     let delete = resource_tags(
         Statement::allow(
@@ -186,23 +191,23 @@ fn profile_tags(s: Statement, scope: &Scope, tag: &str) -> Statement {
     let s = s
         .when(
             "StringEquals",
-            &format!("aws:{tag}/kubernetes.io/cluster/{}", scope.cluster),
+            &format!("aws:{tag}/{}", labels::cluster_tag(&scope.cluster)),
             &["owned"],
         )
         .when(
             "StringEquals",
-            &format!("aws:{tag}/topology.kubernetes.io/region"),
+            &format!("aws:{tag}/{}", labels::REGION),
             &[&scope.region],
         )
         .when(
             "StringLike",
-            &format!("aws:{tag}/karpenter.k8s.aws/ec2nodeclass"),
+            &format!("aws:{tag}/{}", labels::EC2NODECLASS),
             &["*"],
         );
     if tag == "RequestTag" {
         s.when(
             "StringEquals",
-            "aws:RequestTag/eks:eks-cluster-name",
+            &format!("aws:RequestTag/{}", labels::EKS_CLUSTER_TAG),
             &[&scope.cluster],
         )
     } else {

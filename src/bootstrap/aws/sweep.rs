@@ -2,6 +2,7 @@
 //! are gone (it crashed, or was removed before its NodePools). CloudFormation and Terraform
 //! know nothing of these, which is how existing setups leak paid instances.
 
+use jointer_controller::api::labels;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -86,7 +87,7 @@ async fn observe(ctx: &Context) -> Result<Observed> {
         .describe_launch_templates()
         .filters(
             Filter::builder()
-                .name("tag:eks:eks-cluster-name")
+                .name(format!("tag:{}", labels::EKS_CLUSTER_TAG))
                 .values(&ctx.cluster.name)
                 .build(),
         )
