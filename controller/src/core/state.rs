@@ -199,6 +199,29 @@ pub fn build(
     snapshot: &Snapshot,
     types_of_class: &HashMap<String, Vec<Arc<InstanceType>>>,
 ) -> Built {
+    let (pools, skipped) = pool_inputs(snapshot, types_of_class);
+    let mut existing = registered_nodes(snapshot);
+    existing.extend(in_flight(snapshot, &pools));
+    let pods = pods_to_place(snapshot)
+        .iter()
+        .map(|p| SchedPod::from_k8s(p, None))
+        .collect();
+    Built {
+        problem: Problem {
+            pools,
+            existing,
+            pods,
+        },
+        skipped,
+    }
+}
+
+/// Each NodePool whose class is Ready, with what its NodeClaims already use (against its
+/// limits); the others with why they are left out.
+fn pool_inputs(
+    snapshot: &Snapshot,
+    types_of_class: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> (Vec<PoolInput>, Vec<SkippedPool>) {
     let daemons: Vec<SchedPod> = snapshot
         .daemonsets
         .iter()
@@ -241,7 +264,11 @@ pub fn build(
         }
         pools.push(input);
     }
+    (pools, skipped)
+}
 
+/// The Nodes pods can still land on (not cordoned, not going), with the pods bound to them.
+fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
     let claim_of_node: HashMap<&str, &NodeClaim> = snapshot
         .nodeclaims
         .iter()
@@ -289,8 +316,15 @@ pub fn build(
             name,
         });
     }
+    existing
+}
+
+/// NodeClaims not yet a Node: room the provisioner has already bought, so pods are not
+/// planned twice (labelled by their single-valued requirements, as the Node will be).
+fn in_flight(snapshot: &Snapshot, pools: &[PoolInput]) -> Vec<ExistingNode> {
     let node_names: std::collections::HashSet<String> =
         snapshot.nodes.iter().map(|n| n.name_any()).collect();
+    let mut existing = Vec::new();
     for claim in &snapshot.nodeclaims {
         let registered = claim
             .status
@@ -326,16 +360,5 @@ pub fn build(
             pods: Vec::new(),
         });
     }
-    let pods = pods_to_place(snapshot)
-        .iter()
-        .map(|p| SchedPod::from_k8s(p, None))
-        .collect();
-    Built {
-        problem: Problem {
-            pools,
-            existing,
-            pods,
-        },
-        skipped,
-    }
+    existing
 }
