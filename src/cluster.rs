@@ -78,8 +78,9 @@ pub async fn cluster_state(kube: &kube::Client, eks: Eks<'_>) -> Result<(Snapsho
         pdbs: list_all::<PodDisruptionBudget>(kube).await?,
     };
     let config = jointer_controller::clients::aws_config(Some(eks.region)).await;
-    let cluster = describe_cluster(eks.client, eks.name, None).await?;
-    let cloud = AwsCloud::new(&config, eks.region, cluster, "", Arc::new(Metrics::new()))?;
+    let metrics = Arc::new(Metrics::new());
+    let cluster = describe_cluster(eks.client, eks.name, None, &metrics).await?;
+    let cloud = AwsCloud::new(&config, eks.region, cluster, "", metrics)?;
     let types_of_class =
         jointer_controller::cloud::CloudProvider::instance_types(&cloud, &snap.nodeclasses).await?;
     Ok((snap, types_of_class))

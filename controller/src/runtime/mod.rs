@@ -87,6 +87,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         &aws_sdk_eks::Client::new(&config),
         &settings.cluster_name,
         settings.cluster_endpoint.as_deref(),
+        &metrics,
     )
     .await?;
     let cloud = Arc::new(AwsCloud::new(

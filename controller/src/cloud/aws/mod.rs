@@ -63,18 +63,16 @@ pub async fn describe_cluster(
     eks: &aws_sdk_eks::Client,
     name: &str,
     endpoint: Option<&str>,
+    metrics: &Metrics,
 ) -> anyhow::Result<ClusterInfo> {
-    let out = eks
-        .describe_cluster()
-        .name(name)
-        .send()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "eks:DescribeCluster {name}: {}",
-                aws_sdk_eks::error::DisplayErrorContext(e)
-            )
-        })?;
+    let out = call::metered(
+        metrics,
+        "eks",
+        "DescribeCluster",
+        eks.describe_cluster().name(name).send(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cluster {name}: {e}"))?;
     let cluster = out
         .cluster()
         .ok_or_else(|| anyhow::anyhow!("eks:DescribeCluster {name} returned no cluster"))?;
