@@ -109,6 +109,18 @@ build_helm() {
     "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 }
 
+# Upstream's CRDs as its module embeds them, plus the CapacityBuffer CRD it ships beside them.
+build_upstream_crds() {
+  local out="$1" dir
+  (cd "${ENV_DIR}/upstream-crds" && GOTOOLCHAIN="$UPSTREAM_GOTOOLCHAIN" \
+    go_quiet build -trimpath -ldflags "-s -w" -o "${out}/upstream-crds" .)
+  "${out}/upstream-crds" > "${out}/crds.yaml"
+  dir="$(cd "${ENV_DIR}/upstream-crds" && GOTOOLCHAIN="$UPSTREAM_GOTOOLCHAIN" \
+    go list -m -f '{{.Dir}}' github.com/aws/karpenter-provider-aws)"
+  printf -- '---\n' >> "${out}/crds.yaml"
+  cat "${dir}/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >> "${out}/crds.yaml"
+}
+
 build_moto() {
   local out="$1"
   # The venv is built in the temporary directory and then moved; that is fine because we
@@ -125,6 +137,7 @@ build_component kubernetes "$K8S_VERSION" "$K8S_BIN" build_kubernetes
 build_component kwok "$KWOK_VERSION" "$KWOK_BIN" build_kwok
 build_component helm "$HELM_VERSION" "$HELM_BIN" build_helm
 build_component moto "$MOTO_VERSION" "$MOTO_DIR" build_moto
+build_component karpenter-crds "$KARPENTER_VERSION" "$UPSTREAM_CRDS_DIR" build_upstream_crds
 
 if [[ "$built_any" == 0 ]]; then
   log "all components cached under ${CACHE_DIR}"

@@ -22,12 +22,18 @@ ETCD_VERSION="$(gomod_version "${ENV_DIR}/etcd/go.mod" go.etcd.io/etcd/server/v3
 KWOK_VERSION="v0.7.0"   # v0.8.0 needs a newer Go than the machines have
 HELM_VERSION="v3.19.5"  # same k8s.io client libraries (v0.34) as the control plane
 MOTO_VERSION="5.2.5"    # keep in sync with requirements.txt
+# Upstream Karpenter's AWS provider, whose own CRDs jointer's API is measured against (read
+# from the committed upstream-crds/go.mod). Its module needs a newer Go than the machines':
+# the module proxy serves this toolchain.
+KARPENTER_VERSION="$(gomod_version "${ENV_DIR}/upstream-crds/go.mod" github.com/aws/karpenter-provider-aws)"
+UPSTREAM_GOTOOLCHAIN="go1.27.3"
 
 K8S_BIN="${CACHE_DIR}/kubernetes-${K8S_VERSION}"
 ETCD_BIN="${CACHE_DIR}/etcd-${ETCD_VERSION}"
 KWOK_BIN="${CACHE_DIR}/kwok-${KWOK_VERSION}"
 HELM_BIN="${CACHE_DIR}/helm-${HELM_VERSION}"
 MOTO_DIR="${CACHE_DIR}/moto-${MOTO_VERSION}"
+UPSTREAM_CRDS_DIR="${CACHE_DIR}/karpenter-crds-${KARPENTER_VERSION}"
 MOTO_PYTHON="${MOTO_DIR}/venv/bin/python"
 
 # --- ports (loopback only) -------------------------------------------------------------

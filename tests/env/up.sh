@@ -473,6 +473,7 @@ phase "node-join simulator running (registration delay ${NODE_JOIN_DELAY_MS} ms,
   printf 'export JOINTER_TEST_CLUSTER=%q\n' "$CLUSTER_NAME"
   printf 'export JOINTER_TESTENV_RUN_DIR=%q\n' "$RUN_DIR"
   printf 'export JOINTER_TESTENV_PYTHON=%q\n' "$MOTO_PYTHON"
+  printf 'export JOINTER_UPSTREAM_CRDS=%q\n' "${UPSTREAM_CRDS_DIR}/crds.yaml"
   # shellcheck disable=SC2016 # $PATH is expanded when the env file is sourced
   printf 'export PATH=%q:"$PATH"\n' "${K8S_BIN}:${ETCD_BIN}:${KWOK_BIN}:${HELM_BIN}"
 } > "${RUN_DIR}/env"

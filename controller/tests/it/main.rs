@@ -9,6 +9,7 @@ mod layers;
 mod nodeclass;
 mod solver_cases;
 mod solver_properties;
+mod upstream_api;
 mod validation;
 
 // The CLI's test support for the environment, shared rather than copied.
