@@ -3,17 +3,17 @@
 //! `apply --wait` and the complete teardown with its sweep. The local API server stands in for
 //! every test world's EKS cluster, so these tests take turns and each leaves it as it found it.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::support::testenv::{
     self, audit_offset, clear_calls, jointer_kube_requests_since, jointer_kube_writes_since,
-    mutating_calls, wait_for,
+    mutating_calls,
 };
 use crate::support::world::Setup;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{json, Value};
 
@@ -809,26 +809,9 @@ async fn twenty_first_applies_on_a_cluster_without_the_crds_all_succeed() {
     let s = Setup::new("bc-crds20", "").await;
     let client = testenv::kube().await;
     s.apply();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let names = [
-        "nodepools.karpenter.sh",
-        "nodeclaims.karpenter.sh",
-        "ec2nodeclasses.karpenter.k8s.aws",
-    ];
     let mut succeeded = 0;
     for round in 1..=20 {
-        for name in names {
-            let _ = crds.delete(name, &DeleteParams::default()).await;
-        }
-        wait_for("the CRDs to be gone", Duration::from_secs(60), || async {
-            for name in names {
-                if crds.get_opt(name).await.ok()?.is_some() {
-                    return None;
-                }
-            }
-            Some(())
-        })
-        .await;
+        testenv::delete_karpenter_crds(&client).await;
         let run = s.jointer(&["apply", "--yes"]);
         assert_eq!(run.code, 0, "first apply of round {round} failed: {run:#?}");
         succeeded += 1;

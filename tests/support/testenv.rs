@@ -244,3 +244,60 @@ pub fn jointer_kube_requests_since(offset: u64) -> usize {
         .filter(|l| l.contains("\"stage\":\"ResponseComplete\""))
         .count()
 }
+
+/// Deletes Karpenter's CRDs, and with them every object of their kinds. A NodeClaim or
+/// EC2NodeClass whose controller is gone keeps its finalizer for ever and would hold its CRD in
+/// `Terminating`: such finalizers are removed (these objects are going with their CRD).
+pub async fn delete_karpenter_crds(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    const KINDS: [(&str, &str, &str); 3] = [
+        ("karpenter.sh", "NodePool", "nodepools"),
+        ("karpenter.sh", "NodeClaim", "nodeclaims"),
+        ("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses"),
+    ];
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (group, _, plural) in KINDS {
+        let _ = crds
+            .delete(&format!("{plural}.{group}"), &DeleteParams::default())
+            .await;
+    }
+    let unblock = serde_json::json!({"metadata": {"finalizers": null}});
+    wait_for(
+        "Karpenter's CRDs to be gone",
+        Duration::from_secs(120),
+        || async {
+            let mut left = 0;
+            for (group, kind, plural) in KINDS {
+                if crds
+                    .get_opt(&format!("{plural}.{group}"))
+                    .await
+                    .ok()?
+                    .is_none()
+                {
+                    continue;
+                }
+                left += 1;
+                let resource = ApiResource::from_gvk_with_plural(
+                    &kube::core::GroupVersionKind::gvk(group, "v1", kind),
+                    plural,
+                );
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                for o in api
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    let _ = api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&unblock))
+                        .await;
+                }
+            }
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+}
