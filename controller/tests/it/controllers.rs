@@ -200,14 +200,96 @@ impl Scene {
             .items
     }
 
-    /// Waits until `pod` runs on a node, and returns the node's name.
+    /// Waits until `pod` runs on a node, and returns the node's name. A timeout says where the
+    /// pod got stuck: its conditions, the scene's NodeClaims and Nodes, the launches.
     async fn running(&self, pod: &str) -> String {
-        wait_for(&format!("pod {pod} Running"), WAIT, || async {
-            let p = self.pods().get(pod).await.ok()?;
-            let phase = p.status.as_ref()?.phase.as_deref()?;
-            (phase == "Running").then(|| p.spec?.node_name)?
-        })
-        .await
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(p) = self.pods().get(pod).await {
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                if phase.as_deref() == Some("Running") {
+                    if let Some(node) = p.spec.and_then(|s| s.node_name) {
+                        return node;
+                    }
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "timed out after {WAIT:?} waiting for pod {pod} Running\n{}",
+                    self.state(pod).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The pod's conditions, the scene's NodeClaims (conditions) and Nodes (taints, Ready), and
+    /// what the simulated cloud launched: for a test that timed out.
+    async fn state(&self, pod: &str) -> String {
+        let mut out = Vec::new();
+        if let Ok(p) = self.pods().get(pod).await {
+            let conditions = p
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={} {}",
+                        c.type_,
+                        c.status,
+                        c.message.clone().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>();
+            out.push(format!(
+                "pod {pod}: node {:?}, {conditions:?}",
+                p.spec.and_then(|s| s.node_name)
+            ));
+        }
+        for c in self.claims().await {
+            out.push(format!(
+                "NodeClaim {}: {}",
+                c.name_any(),
+                c.data["status"]["conditions"]
+            ));
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let params = ListParams::default().labels(&format!("{SCENE_LABEL}={}", self.name));
+        for n in nodes
+            .list(&params)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let taints: Vec<String> = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone());
+            out.push(format!(
+                "Node {}: taints {taints:?}, Ready {ready:?}",
+                n.name_any()
+            ));
+        }
+        out.push(format!(
+            "launched: {:?}",
+            self.sim
+                .instances()
+                .iter()
+                .map(|i| (&i.launched.instance_type, i.state))
+                .collect::<Vec<_>>()
+        ));
+        out.join("\n")
     }
 
     /// The Events whose reason is `reason` on objects named `name`.
