@@ -153,8 +153,3 @@ pub async fn holders(kube: &kube::Client, pool: &str) -> Result<Vec<String>> {
         Timestamp::now(),
     ))
 }
-
-/// How long ago `at` was (zero for a time in the future).
-pub fn since(at: k8s_openapi::jiff::Timestamp) -> Duration {
-    Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(at)).unwrap_or_default()
-}

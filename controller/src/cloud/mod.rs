@@ -120,6 +120,15 @@ impl CloudError {
     }
 }
 
+/// An AMI's architecture as the node selector requirement a class's status lists it with.
+pub(crate) fn arch_requirement(arch: &str) -> k8s_openapi::api::core::v1::NodeSelectorRequirement {
+    k8s_openapi::api::core::v1::NodeSelectorRequirement {
+        key: labels::ARCH.into(),
+        operator: "In".into(),
+        values: Some(vec![arch.into()]),
+    }
+}
+
 /// The instance types of every Ready class, by class name.
 pub type TypesOfClass = HashMap<String, Vec<Arc<InstanceType>>>;
 

@@ -7,13 +7,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::{
-    CloudError, CloudProvider, InstanceState, InterruptionQueue, Launched, OwnedInstance,
-    QueueMessage, Resolution, TypesOfClass,
+    arch_requirement, CloudError, CloudProvider, InstanceState, InterruptionQueue, Launched,
+    OwnedInstance, QueueMessage, Resolution, TypesOfClass,
 };
 use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
@@ -133,13 +132,6 @@ impl SimCloud {
         self.state().launch_calls
     }
 
-    /// An instance the cloud took back on its own (a spot reclaim, a stop from outside).
-    pub fn reclaim(&self, provider_id: &str) {
-        if let Some(i) = self.state().instances.get_mut(instance_key(provider_id)) {
-            i.state = InstanceState::Gone;
-        }
-    }
-
     /// The instance types of `class`, without offerings that ran out of capacity.
     fn offered(&self, class: &EC2NodeClass) -> Result<Vec<Arc<InstanceType>>, CloudError> {
         let types = self
@@ -200,14 +192,6 @@ impl SimCloud {
                     .collect())
             }
         }
-    }
-}
-
-fn arch_requirement(arch: &str) -> NodeSelectorRequirement {
-    NodeSelectorRequirement {
-        key: labels::ARCH.into(),
-        operator: "In".into(),
-        values: Some(vec![arch.into()]),
     }
 }
 

@@ -59,13 +59,16 @@ pub async fn collect(ctx: &Context) -> anyhow::Result<()> {
         .iter()
         .map(|i| (instance_key(&i.provider_id).to_string(), i.launched_at))
         .collect();
+    let provider_id: BTreeMap<&str, &str> = found
+        .iter()
+        .map(|i| (instance_key(&i.provider_id), i.provider_id.as_str()))
+        .collect();
     let grace = ctx.settings.gc_grace;
     let orphans = orphans(&instances, &ids, Timestamp::now(), grace);
     if !orphans.is_empty() {
-        let provider_ids: Vec<String> = found
+        let provider_ids: Vec<String> = orphans
             .iter()
-            .filter(|i| orphans.iter().any(|o| o == instance_key(&i.provider_id)))
-            .map(|i| i.provider_id.clone())
+            .filter_map(|o| provider_id.get(o.as_str()).map(|p| p.to_string()))
             .collect();
         ctx.cloud.terminate(&provider_ids).await?;
         ctx.metrics

@@ -7,7 +7,6 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -20,7 +19,7 @@ use crate::api::duration::NillableDuration;
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::disruption::drift::drifted;
-use crate::core::pods::must_evict;
+use crate::core::pods::{must_evict, since};
 use crate::runtime::Context;
 
 pub async fn run(ctx: Arc<Context>) {
@@ -83,8 +82,7 @@ async fn track(ctx: &Context, pod_sets: &mut HashMap<String, u64>) -> Result<(),
             .map(|p| p.spec.disruption.consolidate_after);
         let consolidatable = match (after, &status.last_pod_event_time) {
             (Some(NillableDuration::After(d)), Some(t)) => {
-                is_true(&status.conditions, INITIALIZED)
-                    && Duration::try_from(now.duration_since(t.0)).unwrap_or_default() >= d
+                is_true(&status.conditions, INITIALIZED) && since(now, t.0) >= d
             }
             _ => false,
         };

@@ -302,16 +302,11 @@ pub fn diff(desired: Value, observed: &Observed) -> Result<Option<Change>> {
             // reset to what jointer renders (unset, when it renders none).
             let foreign = foreign_fields(after);
             for (path, manager) in &foreign {
-                let now = path
-                    .iter()
-                    .try_fold(&live["spec"], |v, k| v.get(k))
-                    .map_or("…".to_string(), short);
+                let now = in_spec(live, path).map_or("…".to_string(), short);
                 diffs.push(format!(
                     "spec.{}: {now} (set by {manager}) → {}",
                     path.join("."),
-                    path.iter()
-                        .try_fold(&desired["spec"], |v, k| v.get(k))
-                        .map_or("unset".to_string(), short)
+                    in_spec(&desired, path).map_or("unset".to_string(), short)
                 ));
             }
             if diffs.is_empty() {
@@ -486,15 +481,16 @@ fn owned_paths(node: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>)
     }
 }
 
+/// The value at `path` under the object's `spec`.
+fn in_spec<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(&object["spec"], |v, k| v.get(k))
+}
+
 /// A merge patch setting each path under `spec` to its value in `desired`, or removing it.
 fn reset_patch(desired: &Value, paths: &[Vec<String>]) -> Value {
     let mut patch = serde_json::json!({"spec": {}});
     for path in paths {
-        let value = path
-            .iter()
-            .try_fold(&desired["spec"], |v, k| v.get(k))
-            .cloned()
-            .unwrap_or(Value::Null);
+        let value = in_spec(desired, path).cloned().unwrap_or(Value::Null);
         let mut at = &mut patch["spec"];
         for k in &path[..path.len().saturating_sub(1)] {
             if !at.get(k).is_some_and(Value::is_object) {

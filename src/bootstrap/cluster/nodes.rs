@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use jointer_controller::api::labels::NODEPOOL;
+use jointer_controller::core::pods::since;
 use jointer_controller::runtime::leader::{LEASE_DURATION, LEASE_NAME};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
@@ -166,10 +168,10 @@ pub async fn controller_running(ctx: &Context) -> Result<std::result::Result<(),
         .map(|t| t.0);
     let stale_after = LEASE_DURATION * 2;
     match renewed {
-        Some(at) if live::since(at) <= stale_after => Ok(Ok(())),
+        Some(at) if since(Timestamp::now(), at) <= stale_after => Ok(Ok(())),
         Some(at) => Ok(Err(format!(
             "its leader Lease {ns}/{LEASE_NAME} was last renewed {} s ago",
-            live::since(at).as_secs()
+            since(Timestamp::now(), at).as_secs()
         ))),
         None => Ok(Err(format!(
             "no replica holds its leader Lease {ns}/{LEASE_NAME}"

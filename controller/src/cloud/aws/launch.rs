@@ -171,13 +171,12 @@ pub struct Sent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     pub launched: Option<Launched>,
-    /// (instance type, zone) EC2 had no capacity for.
-    pub no_capacity: Vec<(String, String)>,
+    /// (instance type, zone, EC2's error code) EC2 had no capacity for.
+    pub no_capacity: Vec<(String, String, String)>,
     /// Capacity reservations EC2 found full.
     pub full_reservations: Vec<String>,
     /// Why nothing launched, when it was not capacity.
     pub other_errors: Vec<String>,
-    capacity_errors: Vec<String>,
 }
 
 impl Outcome {
@@ -189,7 +188,12 @@ impl Outcome {
         Err(if self.other_errors.is_empty() {
             CloudError::InsufficientCapacity {
                 offered,
-                errors: self.capacity_errors.join(", "),
+                errors: self
+                    .no_capacity
+                    .iter()
+                    .map(|(t, zone, code)| format!("{t}/{zone}: {code}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }
         } else {
             CloudError::Api {
@@ -237,7 +241,6 @@ pub fn interpret(
         no_capacity: Vec::new(),
         full_reservations: Vec::new(),
         other_errors: Vec::new(),
-        capacity_errors: Vec::new(),
     };
     for err in out.errors() {
         let lt = err.launch_template_and_overrides();
@@ -255,10 +258,7 @@ pub fn interpret(
             }
         }
         if unavailable::is_capacity_error(&code) {
-            outcome
-                .capacity_errors
-                .push(format!("{itype}/{zone}: {code}"));
-            outcome.no_capacity.push((itype, zone));
+            outcome.no_capacity.push((itype, zone, code));
         } else {
             outcome.other_errors.push(format!(
                 "{itype}/{zone}: {code}: {}",
@@ -411,7 +411,7 @@ impl AwsCloud {
         for id in &outcome.full_reservations {
             self.reservations.set(id, 0, now);
         }
-        for (itype, zone) in &outcome.no_capacity {
+        for (itype, zone, _) in &outcome.no_capacity {
             self.unavailable
                 .mark(itype, zone, prepared.plan.capacity_type, now);
         }

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::Filter;
-use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
 use kube::ResourceExt;
 
@@ -16,6 +15,7 @@ use crate::api::ec2nodeclass::{
     EC2NodeClass, ResolvedAmi, ResolvedCapacityReservation, ResolvedSecurityGroup, ResolvedSubnet,
 };
 use crate::api::labels;
+use crate::cloud::arch_requirement;
 use crate::cloud::CloudError;
 use crate::core::nodeclass::{
     describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
@@ -179,14 +179,6 @@ pub async fn capacity_reservations(
         }
     }
     Ok(found.into_values().collect())
-}
-
-fn arch_requirement(arch: &str) -> NodeSelectorRequirement {
-    NodeSelectorRequirement {
-        key: "kubernetes.io/arch".into(),
-        operator: "In".into(),
-        values: Some(vec![arch.into()]),
-    }
 }
 
 /// `al2023@latest` → the EKS optimized AMI parameters of the cluster's Kubernetes version, one

@@ -25,6 +25,7 @@ use crate::api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use crate::cloud::{CloudError, InstanceState};
 use crate::core::drain as drain_policy;
 use crate::core::nodeclaim::quantities;
+use crate::core::pods::since;
 use crate::metrics::Metrics;
 use crate::runtime::{finalizers, taints, Context};
 
@@ -44,9 +45,7 @@ fn age(claim: &NodeClaim) -> Duration {
         .metadata
         .creation_timestamp
         .as_ref()
-        .map(|t| Timestamp::now().duration_since(t.0))
-        .and_then(|d| Duration::try_from(d).ok())
-        .unwrap_or_default()
+        .map_or(Duration::ZERO, |t| since(Timestamp::now(), t.0))
 }
 
 /// `15 minutes`, or `20 s` for a timeout shorter than a minute.
