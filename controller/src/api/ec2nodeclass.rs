@@ -8,6 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::quantity::Quantity;
+use super::schema;
 
 /// Alias families, lower-case, as they appear before the `@` in `alias`.
 pub const ALIAS_FAMILIES: [&str; 6] = [
@@ -60,6 +61,7 @@ pub struct EC2NodeClassSpec {
     #[schemars(extend("maxItems" = 30))]
     pub ami_selector_terms: Vec<AmiSelectorTerm>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::unset_or::<AmiFamily>")]
     pub ami_family: Option<AmiFamily>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("maxItems" = 30))]
@@ -102,7 +104,109 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detailed_monitoring: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::unset_or::<InstanceStorePolicy>")]
     pub instance_store_policy: Option<InstanceStorePolicy>,
+    /// Launches into this placement group (cluster, partition or spread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group_selector: Option<PlacementGroupSelector>,
+    /// The launch's network interfaces, e.g. EFA-only interfaces on extra network cards.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(
+        validation = Rule::new("self.size() == 0 || self.exists(x, x.deviceIndex == 0 && x.networkCardIndex == 0 && x.interfaceType == 'interface')")
+            .message("networkInterfaces must include the primary interface: deviceIndex 0, networkCardIndex 0, interfaceType 'interface'"),
+        validation = Rule::new("self.all(x, self.filter(y, x.networkCardIndex == y.networkCardIndex && x.deviceIndex == y.deviceIndex).size() == 1 && (x.interfaceType != 'efa-only' || self.filter(y, x.networkCardIndex == y.networkCardIndex && y.interfaceType == 'efa-only').size() == 1))")
+            .message("networkInterfaces may not repeat a (networkCardIndex, deviceIndex) pair and may have at most one efa-only interface per network card"),
+    )]
+    #[schemars(extend("maxItems" = 150))]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// IPv4 prefixes (/28) to assign to the primary interface; 0 turns prefix delegation off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ip_prefix_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CpuOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enclave_options: Option<EnclaveOptions>,
+    /// An EC2 Fleet context (reserved capacity pools shared through AWS RAM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+/// A placement group, by name or by id.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("has(self.name) || has(self.id)").message("placementGroupSelector needs 'name' or 'id'"),
+    validation = Rule::new("!(has(self.name) && has(self.id))").message("placementGroupSelector takes 'name' or 'id', not both"),
+)]
+pub struct PlacementGroupSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^pg-[0-9a-z]+$"))]
+    pub id: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InterfaceType {
+    #[serde(rename = "interface")]
+    Interface,
+    /// EFA traffic only, no IP address (saves addresses on multi-card instances).
+    #[serde(rename = "efa-only")]
+    EfaOnly,
+}
+
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkInterface {
+    #[schemars(range(min = 0))]
+    pub network_card_index: i32,
+    #[schemars(range(min = 0))]
+    pub device_index: i32,
+    pub interface_type: InterfaceType,
+}
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Toggle {
+    Enabled,
+    Disabled,
+}
+
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CpuOptions {
+    /// Nested virtualization on the instance (supported types only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::unset_or::<Toggle>")]
+    pub nested_virtualization: Option<Toggle>,
+}
+
+/// Connection-tracking idle timeouts of the primary interface, in seconds.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)")
+    .message("connectionTracking needs at least one of tcpEstablishedTimeout, udpStreamTimeout or udpTimeout"))]
+pub struct ConnectionTracking {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 432000))]
+    pub tcp_established_timeout: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 180))]
+    pub udp_stream_timeout: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 60))]
+    pub udp_timeout: Option<i32>,
+}
+
+/// AWS Nitro Enclaves on the instance.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnclaveOptions {
+    pub enabled: bool,
 }
 
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +303,12 @@ pub struct AmiSelectorTerm {
 
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("has(self.tags) || has(self.id)").message("a capacity reservation selector term needs 'tags' or 'id'"))]
+#[x_kube(
+    validation = Rule::new("has(self.tags) || has(self.id) || has(self.instanceMatchCriteria)")
+        .message("a capacity reservation selector term needs 'tags', 'id' or 'instanceMatchCriteria'"),
+    validation = Rule::new("!has(self.id) || !(has(self.tags) || has(self.ownerID) || has(self.instanceMatchCriteria))")
+        .message("'id' is mutually exclusive with 'tags', 'ownerID' and 'instanceMatchCriteria' in a capacity reservation selector term"),
+)]
 pub struct CapacityReservationSelectorTerm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
@@ -208,11 +317,36 @@ pub struct CapacityReservationSelectorTerm {
     pub id: Option<String>,
     #[serde(default, rename = "ownerID", skip_serializing_if = "Option::is_none")]
     pub owner_id: Option<String>,
+    /// Select only `open` or only `targeted` reservations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::unset_or::<InstanceMatchCriteria>")]
+    pub instance_match_criteria: Option<InstanceMatchCriteria>,
+}
+
+/// Which launches may use a capacity reservation: any matching one, or only those naming it.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceMatchCriteria {
+    Open,
+    Targeted,
+}
+
+impl InstanceMatchCriteria {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceMatchCriteria::Open => "open",
+            InstanceMatchCriteria::Targeted => "targeted",
+        }
+    }
 }
 
 /// The kubelet settings Karpenter passes to nodes (and accounts for when computing allocatable).
+///
+/// Fields jointer does not type are kept (`x-kubernetes-preserve-unknown-fields`, as upstream's
+/// schema) and passed to the kubelet's configuration as written.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 #[x_kube(
     validation = Rule::new("!has(self.imageGCHighThresholdPercent) || !has(self.imageGCLowThresholdPercent) || self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent")
         .message("imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"),
@@ -266,6 +400,10 @@ pub struct KubeletConfiguration {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_cfs_quota: Option<bool>,
+    /// Every other KubeletConfiguration field, as written.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
@@ -281,6 +419,11 @@ pub struct BlockDeviceMapping {
 
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("has(self.snapshotID) || has(self.volumeSize)").message("an ebs block device needs snapshotID or volumeSize"),
+    validation = Rule::new("!has(self.volumeInitializationRate) || (has(self.snapshotID) && self.snapshotID != '')")
+        .message("volumeInitializationRate needs snapshotID: only volumes restored from a snapshot are initialised"),
+)]
 pub struct BlockDevice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_on_termination: Option<bool>,
@@ -298,12 +441,43 @@ pub struct BlockDevice {
     pub snapshot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<i64>,
+    /// Up to 64 TiB, written with a binary or decimal suffix (`100Gi`, `1T`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::volume_size")]
     pub volume_size: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self in ['standard', 'io1', 'io2', 'gp2', 'sc1', 'st1', 'gp3']").message("volumeType must be one of standard, io1, io2, gp2, sc1, st1, gp3"))]
-    #[schemars(length(max = 10))]
-    pub volume_type: Option<String>,
+    #[schemars(schema_with = "schema::unset_or::<VolumeType>")]
+    pub volume_type: Option<VolumeType>,
+    /// MiB/s at which a volume restored from a snapshot is initialised (EBS provisioned rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 300))]
+    pub volume_initialization_rate: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeType {
+    Standard,
+    Io1,
+    Io2,
+    Gp2,
+    Sc1,
+    St1,
+    Gp3,
+}
+
+impl VolumeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeType::Standard => "standard",
+            VolumeType::Io1 => "io1",
+            VolumeType::Io2 => "io2",
+            VolumeType::Gp2 => "gp2",
+            VolumeType::Sc1 => "sc1",
+            VolumeType::St1 => "st1",
+            VolumeType::Gp3 => "gp3",
+        }
+    }
 }
 
 fn enabled() -> String {
@@ -325,19 +499,16 @@ fn hop_limit() -> i64 {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MetadataOptions {
     #[serde(default = "enabled")]
-    #[x_kube(validation = Rule::new("self in ['enabled', 'disabled']").message("httpEndpoint must be enabled or disabled"))]
-    #[schemars(length(max = 10))]
+    #[schemars(extend("enum" = ["enabled", "disabled"]))]
     pub http_endpoint: String,
     #[serde(default = "disabled", rename = "httpProtocolIPv6")]
-    #[x_kube(validation = Rule::new("self in ['enabled', 'disabled']").message("httpProtocolIPv6 must be enabled or disabled"))]
-    #[schemars(length(max = 10))]
+    #[schemars(extend("enum" = ["enabled", "disabled"]))]
     pub http_protocol_ipv6: String,
     #[serde(default = "hop_limit")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 64").message("httpPutResponseHopLimit must be between 1 and 64"))]
     pub http_put_response_hop_limit: i64,
     #[serde(default = "required")]
-    #[x_kube(validation = Rule::new("self in ['required', 'optional']").message("httpTokens must be required or optional"))]
-    #[schemars(length(max = 10))]
+    #[schemars(extend("enum" = ["required", "optional"]))]
     pub http_tokens: String,
 }
 
@@ -369,6 +540,7 @@ pub struct EC2NodeClassStatus {
     /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
     /// `CapacityReservationsReady` → `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
 }
 
@@ -398,23 +570,43 @@ pub struct ResolvedCapacityReservation {
     #[serde(rename = "ownerID")]
     pub owner_id: String,
     /// `open` (any matching launch may use it) or `targeted` (only launches naming it).
+    #[schemars(extend("enum" = ["open", "targeted"]))]
     pub instance_match_criteria: String,
     /// `default` or `capacity-block`.
+    #[serde(default = "default_reservation_type")]
+    #[schemars(extend("enum" = ["default", "capacity-block"]))]
     pub reservation_type: String,
     /// `active` or `expiring`.
+    #[serde(default = "active")]
+    #[schemars(extend("enum" = ["active", "expiring"]))]
     pub state: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<String>,
+    /// An interruptible reservation: its owner can reclaim it (the node is then interrupted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruptible: Option<bool>,
+}
+
+fn default_reservation_type() -> String {
+    "default".into()
+}
+fn active() -> String {
+    "active".into()
 }
 
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["id", "requirements"]))]
 pub struct ResolvedAmi {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Status is written by the controller, so it carries no validation rules (and no CEL
-    /// cost): plain node selector requirements.
+    /// cost): plain node selector requirements. Always written (the architecture at least);
+    /// read leniently.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requirements: Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>,
+    /// The image is deprecated: still used when selected, but no longer the newest choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<bool>,
 }

@@ -13,6 +13,7 @@ pub mod nodeclaim;
 pub mod nodepool;
 pub mod quantity;
 pub mod requirements;
+pub mod schema;
 pub mod taint;
 pub mod validation;
 

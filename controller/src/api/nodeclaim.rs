@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::duration::{KubeDuration, NillableDuration};
 use super::quantity::Quantity;
 use super::requirements::NodeSelectorRequirementWithMinValues;
+use super::schema;
 use super::taint::Taint;
 
 /// Points a NodePool or NodeClaim at its cloud-specific node class (here an EC2NodeClass).
@@ -45,6 +46,12 @@ pub struct ResourceRequirements {
     pub requests: BTreeMap<String, Quantity>,
 }
 
+impl ResourceRequirements {
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+}
+
 pub fn default_expire_after() -> NillableDuration {
     NillableDuration::After(std::time::Duration::from_secs(720 * 3600))
 }
@@ -76,7 +83,7 @@ pub struct NodeClaimSpec {
     #[x_kube(validation = Rule::new("size(self) <= 100").message("at most 100 requirements"))]
     #[schemars(extend("maxItems" = 100))]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ResourceRequirements::is_empty")]
     pub resources: ResourceRequirements,
     pub node_class_ref: NodeClassReference,
     #[serde(default = "default_expire_after")]
@@ -108,6 +115,7 @@ pub struct NodeClaimStatus {
     /// `Launched`, `Registered`, `Initialized` → `Ready`; also `Consolidatable`, `Drifted`,
     /// `Drained`, `VolumesDetached`, `InstanceTerminating`, `DisruptionReason`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions_reason_optional")]
     pub conditions: Vec<Condition>,
 }
 

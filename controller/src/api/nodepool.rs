@@ -10,6 +10,7 @@ use super::duration::{KubeDuration, NillableDuration};
 use super::nodeclaim::{default_expire_after, NodeClassReference};
 use super::quantity::Quantity;
 use super::requirements::NodeSelectorRequirementWithMinValues;
+use super::schema;
 use super::taint::Taint;
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -25,12 +26,27 @@ use super::taint::Taint;
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    ),
     cel
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("has(self.replicas) == has(oldSelf.replicas)")
+        .message("a NodePool cannot switch between static (replicas set) and dynamic (replicas unset) provisioning: create a new NodePool instead"),
+    validation = Rule::new("!has(self.replicas) || !has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits)")
+        .message("a static NodePool (replicas set) supports only limits.nodes"),
+    validation = Rule::new("!has(self.replicas) || !has(self.weight)")
+        .message("weight is not supported on a static NodePool (replicas set)"),
+)]
 pub struct NodePoolSpec {
     pub template: NodeClaimTemplate,
+    // Upstream's schema defaults only consolidateAfter at this level; the fields default
+    // themselves.
     #[serde(default)]
+    #[schemars(extend("default" = {"consolidateAfter": "0s"}))]
     pub disruption: Disruption,
     /// Upper bounds on the total resources of this pool's nodes (cpu, memory, nodes, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -39,6 +55,11 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("weight must be between 1 and 100"))]
     pub weight: Option<i32>,
+    /// A static pool: exactly this many nodes, whatever the pods (Karpenter v1.6+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("replicas may not be negative"))]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
 }
 
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
@@ -58,10 +79,16 @@ pub struct NodeClaimTemplateMetadata {
     pub annotations: BTreeMap<String, String>,
 }
 
+impl NodeClaimTemplateMetadata {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeClaimTemplate {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "NodeClaimTemplateMetadata::is_empty")]
     pub metadata: NodeClaimTemplateMetadata,
     pub spec: NodeClaimTemplateSpec,
 }
@@ -94,6 +121,8 @@ pub enum ConsolidationPolicy {
     WhenEmpty,
     #[default]
     WhenEmptyOrUnderutilized,
+    /// Consolidate only moves whose savings are worth their disruption (Karpenter v1.15).
+    Balanced,
 }
 
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,6 +130,8 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    /// Node repair: a node whose conditions stayed bad too long.
+    Unhealthy,
 }
 
 fn default_consolidate_after() -> NillableDuration {
@@ -147,6 +178,7 @@ impl Default for Disruption {
 /// only inside a recurring window (`schedule` in cron syntax, UTC, lasting `duration`).
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["nodes"]))]
 #[x_kube(
     validation = Rule::new("has(self.schedule) == has(self.duration)")
         .message("'schedule' must be set with 'duration' (and 'duration' only with 'schedule')"),
@@ -174,8 +206,13 @@ pub struct NodePoolStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<String, Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
     pub nodes: Option<i64>,
+    /// The EC2NodeClass generation the pool's readiness was judged on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_observed_generation: Option<i64>,
     /// `ValidationSucceeded`, `NodeClassReady` → `Ready`; `NodeRegistrationHealthy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
 }

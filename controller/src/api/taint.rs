@@ -16,4 +16,8 @@ pub struct Taint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     pub effect: TaintEffect,
+    /// When a NoExecute taint was added (RFC 3339); Karpenter's API carries it through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema::date_time")]
+    pub time_added: Option<String>,
 }

@@ -366,6 +366,7 @@ impl CloudProvider for SimCloud {
             amis: Ok(architectures(class)
                 .iter()
                 .map(|arch| ResolvedAmi {
+                    deprecated: None,
                     id: format!("ami-sim-{arch}"),
                     name: Some(format!("sim {arch}")),
                     requirements: vec![arch_requirement(arch)],

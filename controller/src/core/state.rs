@@ -189,6 +189,7 @@ fn node_taints(node: &Node, claim: Option<&NodeClaim>) -> Vec<Taint> {
                 key: t.key.clone(),
                 value: t.value.clone(),
                 effect,
+                time_added: None,
             })
         })
         .collect()

@@ -189,6 +189,7 @@ fn taints_need_tolerations() {
         key: "dedicated".into(),
         value: Some("gpu".into()),
         effect: TaintEffect::NoSchedule,
+        time_added: None,
     }];
     let mut tolerant = pod("tolerant", 500, 1);
     tolerant.tolerations = vec![Toleration {
@@ -508,6 +509,7 @@ fn node_taints_policy_decides_whether_tainted_pools_count_as_spread_domains() {
         key: "dedicated".into(),
         value: None,
         effect: TaintEffect::NoSchedule,
+        time_added: None,
     }];
     let pods = |honor_taints: bool| -> Vec<SchedPod> {
         (0..4)

@@ -226,6 +226,7 @@ fn make_pool(i: usize, spec: &PoolSpec) -> PoolInput {
                 key: "dedicated".into(),
                 value: Some("x".into()),
                 effect: TaintEffect::NoSchedule,
+                time_added: None,
             }]
         } else {
             vec![]

@@ -83,7 +83,7 @@ impl Content {
                                 .as_ref()
                                 .map(|q| ((q.units_ceil() + (1 << 30) - 1) >> 30) as i32),
                         )
-                        .set_volume_type(e.volume_type.as_deref().map(VolumeType::from))
+                        .set_volume_type(e.volume_type.map(|t| VolumeType::from(t.as_str())))
                         .build()
                 });
                 LaunchTemplateBlockDeviceMappingRequest::builder()

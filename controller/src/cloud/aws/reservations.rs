@@ -93,6 +93,7 @@ mod tests {
             reservation_type: "default".into(),
             state: "active".into(),
             end_time: None,
+            interruptible: None,
         }
     }
 

@@ -131,6 +131,8 @@ pub async fn capacity_reservations(
         match (&term.id, &term.tags) {
             (Some(id), _) => request = request.capacity_reservation_ids(id),
             (None, Some(tags)) => filters.extend(tag_filters(tags)),
+            // A term of only `instanceMatchCriteria` selects every such reservation.
+            (None, None) if term.instance_match_criteria.is_some() => {}
             (None, None) => continue,
         }
         if let Some(owner) = &term.owner_id {
@@ -157,6 +159,18 @@ pub async fn capacity_reservations(
             ) else {
                 continue;
             };
+            // Filtered here rather than by EC2's `instance-match-criteria` filter, which not
+            // every EC2 endpoint (moto among them) implements.
+            let criteria = r
+                .instance_match_criteria()
+                .map_or("open", |c| c.as_str())
+                .to_string();
+            if term
+                .instance_match_criteria
+                .is_some_and(|wanted| wanted.as_str() != criteria)
+            {
+                continue;
+            }
             found.insert(
                 id.to_string(),
                 ResolvedCapacityReservation {
@@ -164,9 +178,7 @@ pub async fn capacity_reservations(
                     availability_zone: zone.to_string(),
                     instance_type: itype.to_string(),
                     owner_id: r.owner_id().unwrap_or_default().to_string(),
-                    instance_match_criteria: r
-                        .instance_match_criteria()
-                        .map_or("open".into(), |c| c.as_str().to_string()),
+                    instance_match_criteria: criteria,
                     reservation_type: r
                         .reservation_type()
                         .map_or("default".into(), |t| t.as_str().to_string()),
@@ -174,6 +186,7 @@ pub async fn capacity_reservations(
                         .state()
                         .map_or("active".into(), |s| s.as_str().to_string()),
                     end_time: r.end_date().map(|d| d.to_string()),
+                    interruptible: r.interruptible(),
                 },
             );
         }
@@ -217,6 +230,7 @@ async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
                         id: id.to_string(),
                         name: None,
                         requirements: vec![arch_requirement(arch)],
+                        deprecated: None,
                     });
                 }
             }
@@ -265,6 +279,7 @@ pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
                     id: id.to_string(),
                     name: image.name().map(str::to_string),
                     requirements: vec![arch_requirement(arch)],
+                    deprecated: image.deprecation_time().map(is_past),
                 });
             }
         }
@@ -488,4 +503,11 @@ pub async fn release(ctx: &Ctx, class: &EC2NodeClass) -> Result<(), CloudError> 
         .await?;
     }
     Ok(())
+}
+
+/// Whether an RFC 3339 time (an image's `DeprecationTime`) has passed; an unreadable one
+/// counts as not yet.
+fn is_past(time: &str) -> bool {
+    time.parse::<k8s_openapi::jiff::Timestamp>()
+        .is_ok_and(|t| t <= k8s_openapi::jiff::Timestamp::now())
 }

@@ -107,6 +107,7 @@ pub fn node_config(cluster: &ClusterInfo, node: &NodeSettings) -> String {
         key: UNREGISTERED_TAINT.into(),
         value: None,
         effect: TaintEffect::NoExecute,
+        time_added: None,
     };
     if !node.taints.iter().any(|t| t.key == UNREGISTERED_TAINT) {
         taints.push(taint_flag(&unregistered));
@@ -243,6 +244,7 @@ mod tests {
             key: "dedicated".into(),
             value: Some("spot".into()),
             effect: TaintEffect::NoSchedule,
+            time_added: None,
         }];
         let kubelet = KubeletConfiguration {
             max_pods: Some(58),
