@@ -1923,6 +1923,19 @@ async fn a_capacity_reservation_is_filled_first_and_then_on_demand_takes_over() 
         label(reserved, "node.kubernetes.io/instance-type"),
         "m5.large"
     );
+    // What kind of reservation it is, as upstream labels it (moto's reservations are
+    // `default`, not interruptible).
+    assert_eq!(
+        label(reserved, "karpenter.k8s.aws/capacity-reservation-type"),
+        "default"
+    );
+    assert_eq!(
+        label(
+            reserved,
+            "karpenter.k8s.aws/capacity-reservation-interruptible"
+        ),
+        "false"
+    );
     assert_eq!(label(reserved, "topology.kubernetes.io/zone"), "us-east-1a");
     assert_eq!(label(other[0], "karpenter.sh/capacity-type"), "on-demand");
     let node = reserved.data["status"]["nodeName"]

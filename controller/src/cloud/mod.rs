@@ -32,6 +32,10 @@ pub struct Launched {
     pub security_groups: Vec<String>,
     /// The capacity reservation it was launched into (capacity type `reserved`).
     pub capacity_reservation_id: Option<String>,
+    /// That reservation's type (`default`, `capacity-block`) and whether its owner may
+    /// reclaim it, where known.
+    pub capacity_reservation_type: Option<String>,
+    pub capacity_reservation_interruptible: Option<bool>,
 }
 
 impl Launched {
@@ -52,6 +56,15 @@ impl Launched {
         out.insert(labels::INSTANCE_TYPE.into(), self.instance_type.clone());
         if let Some(id) = &self.capacity_reservation_id {
             out.insert(labels::CAPACITY_RESERVATION_ID.into(), id.clone());
+        }
+        if let Some(kind) = &self.capacity_reservation_type {
+            out.insert(labels::CAPACITY_RESERVATION_TYPE.into(), kind.clone());
+        }
+        if let Some(interruptible) = self.capacity_reservation_interruptible {
+            out.insert(
+                labels::CAPACITY_RESERVATION_INTERRUPTIBLE.into(),
+                interruptible.to_string(),
+            );
         }
         out
     }

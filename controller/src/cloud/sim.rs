@@ -272,6 +272,8 @@ impl CloudProvider for SimCloud {
                 .map(|g| g.id.clone())
                 .collect(),
             capacity_reservation_id: None,
+            capacity_reservation_type: None,
+            capacity_reservation_interruptible: None,
         };
         state.instances.insert(
             id,

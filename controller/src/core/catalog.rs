@@ -199,6 +199,7 @@ pub fn instance_type(
         memory_mib: shape.memory_mib,
         enis: shape.enis,
         ipv4_per_eni: shape.ipv4_per_eni,
+        local_nvme_gb: shape.local_nvme_gb,
     };
     let (mut capacity, overhead) = capacity_and_overhead(&hw, kubelet);
     add_devices(shape, &mut capacity);
@@ -400,6 +401,7 @@ pub fn user_instance_types(
             memory_mib: e.memory_mib,
             enis: 0,
             ipv4_per_eni: 0,
+            local_nvme_gb: 0,
         };
         let (capacity, overhead) = capacity_and_overhead(&hw, &settings);
         let offerings = e

@@ -60,6 +60,9 @@ fn launched(i: &Instance) -> Launched {
             CapacityType::OnDemand
         },
         capacity_reservation_id: i.capacity_reservation_id().map(str::to_string),
+        // DescribeInstances does not say; the NodeClaim kept the labels from its launch.
+        capacity_reservation_type: None,
+        capacity_reservation_interruptible: None,
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
         security_groups,

@@ -24,7 +24,7 @@ use super::templates::{tags, Template};
 use super::user_data::{self, ClusterInfo};
 use super::{unavailable, AwsCloud};
 use crate::api::conditions::class_not_ready;
-use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
+use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus, InstanceStorePolicy};
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::cloud::{CloudError, Launched};
@@ -45,6 +45,8 @@ pub struct Prepared {
     pub groups: Vec<Group>,
     /// On the instance, its volumes and the fleet.
     pub instance_tags: BTreeMap<String, String>,
+    /// The class's EC2 Fleet context (`spec.context`).
+    pub context: Option<String>,
 }
 
 /// Plans the request for `claim` on `class` over the class's instance types. `usable_reservations`
@@ -81,6 +83,8 @@ pub fn prepare(
             kubelet: class.spec.kubelet.as_ref(),
             labels: &node_labels,
             taints: &taints,
+            raid0_instance_stores: class.spec.instance_store_policy
+                == Some(InstanceStorePolicy::RAID0),
         },
         class.spec.user_data.as_deref(),
     )
@@ -134,6 +138,12 @@ pub fn prepare(
                 associate_public_ip_address: class.spec.associate_public_ip_address,
                 tags: tags.clone(),
                 capacity_reservation_id: reservation.clone(),
+                placement_group: class.spec.placement_group_selector.clone(),
+                network_interfaces: class.spec.network_interfaces.clone(),
+                ip_prefix_count: class.spec.ip_prefix_count,
+                connection_tracking: class.spec.connection_tracking.clone(),
+                cpu_options: class.spec.cpu_options.clone(),
+                enclave_options: class.spec.enclave_options.clone(),
             }
             .with_default_volumes();
             Some(Group {
@@ -156,6 +166,7 @@ pub fn prepare(
         plan,
         groups,
         instance_tags,
+        context: class.spec.context.clone(),
     })
 }
 
@@ -291,6 +302,9 @@ pub fn interpret(
         .map(|s| s.id.clone())
         .collect();
     security_groups.sort();
+    let reservation = from
+        .and_then(|s| s.capacity_reservation_id.as_ref())
+        .and_then(|id| status.capacity_reservations.iter().find(|r| &r.id == id));
     outcome.launched = Some(Launched {
         provider_id: super::instances::provider_id(&zone, &instance.instance_ids()[0]),
         instance_type,
@@ -300,6 +314,8 @@ pub fn interpret(
         subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_string),
         security_groups,
         capacity_reservation_id: from.and_then(|s| s.capacity_reservation_id.clone()),
+        capacity_reservation_type: reservation.map(|r| r.reservation_type.clone()),
+        capacity_reservation_interruptible: reservation.map(|r| r.interruptible.unwrap_or(false)),
     });
     outcome
 }
@@ -373,6 +389,7 @@ fn fleet_request(
         .tag_specifications(tag_spec(ResourceType::Instance))
         .tag_specifications(tag_spec(ResourceType::Volume))
         .tag_specifications(tag_spec(ResourceType::Fleet))
+        .set_context(prepared.context.clone())
 }
 
 impl AwsCloud {

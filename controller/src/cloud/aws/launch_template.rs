@@ -6,18 +6,24 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
-    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    CapacityReservationTarget, ConnectionTrackingSpecificationRequest,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateCpuOptionsRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateEnclaveOptionsRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
+    LaunchTemplatesMonitoringRequest, NestedVirtualizationSpecification, RequestLaunchTemplateData,
+    ResourceType, Tag, TagSpecification, VolumeType,
 };
 use base64::Engine;
 use serde::Serialize;
 
-use crate::api::ec2nodeclass::{BlockDeviceMapping, MetadataOptions};
+use crate::api::ec2nodeclass::{
+    BlockDeviceMapping, ConnectionTracking, CpuOptions, EnclaveOptions, InterfaceType,
+    MetadataOptions, NetworkInterface, PlacementGroupSelector, Toggle,
+};
 
 /// The root volume AL2023 nodes get when the class names none (as upstream's default).
 fn default_block_devices() -> Vec<BlockDeviceMapping> {
@@ -44,6 +50,20 @@ pub struct Content {
     /// reservation, as EC2 takes the target from the template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_reservation_id: Option<String>,
+    // The class's newer launch settings; skipped when unset so templates of classes that
+    // do not use them keep their names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<PlacementGroupSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<NetworkInterface>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CpuOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enclave_options: Option<EnclaveOptions>,
 }
 
 impl Content {
@@ -84,6 +104,7 @@ impl Content {
                                 .map(|q| ((q.units_ceil() + (1 << 30) - 1) >> 30) as i32),
                         )
                         .set_volume_type(e.volume_type.map(|t| VolumeType::from(t.as_str())))
+                        .set_volume_initialization_rate(e.volume_initialization_rate)
                         .build()
                 });
                 LaunchTemplateBlockDeviceMappingRequest::builder()
@@ -125,18 +146,40 @@ impl Content {
                     .enabled(self.detailed_monitoring)
                     .build(),
             );
-        // A public-IP choice is only expressible on a network interface, which then carries
-        // the security groups (EC2 refuses them in both places).
-        data = match self.associate_public_ip_address {
-            Some(public) => data.network_interfaces(
-                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                    .device_index(0)
-                    .associate_public_ip_address(public)
-                    .set_groups(Some(self.security_group_ids.clone()))
-                    .build(),
-            ),
+        data = match self.interfaces() {
+            Some(interfaces) => data.set_network_interfaces(Some(interfaces)),
             None => data.set_security_group_ids(Some(self.security_group_ids.clone())),
         };
+        if let Some(group) = &self.placement_group {
+            data = data.placement(
+                LaunchTemplatePlacementRequest::builder()
+                    .set_group_name(group.name.clone())
+                    .set_group_id(group.id.clone())
+                    .build(),
+            );
+        }
+        if let Some(nested) = self
+            .cpu_options
+            .as_ref()
+            .and_then(|c| c.nested_virtualization)
+        {
+            let nested = match nested {
+                Toggle::Enabled => NestedVirtualizationSpecification::Enabled,
+                Toggle::Disabled => NestedVirtualizationSpecification::Disabled,
+            };
+            data = data.cpu_options(
+                LaunchTemplateCpuOptionsRequest::builder()
+                    .nested_virtualization(nested)
+                    .build(),
+            );
+        }
+        if let Some(enclave) = &self.enclave_options {
+            data = data.enclave_options(
+                LaunchTemplateEnclaveOptionsRequest::builder()
+                    .enabled(enclave.enabled)
+                    .build(),
+            );
+        }
         if let Some(id) = &self.capacity_reservation_id {
             data = data.capacity_reservation_specification(
                 LaunchTemplateCapacityReservationSpecificationRequest::builder()
@@ -149,6 +192,61 @@ impl Content {
             );
         }
         data.build()
+    }
+
+    /// The network interfaces to declare, or None when the instance's default primary
+    /// interface will do. A public-IP choice, prefixes, connection tracking and extra (EFA)
+    /// interfaces are only expressible on interfaces, which then carry the security groups
+    /// (EC2 refuses them in both places).
+    fn interfaces(
+        &self,
+    ) -> Option<Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest>> {
+        let primary_settings = self.associate_public_ip_address.is_some()
+            || self.ip_prefix_count.is_some()
+            || self.connection_tracking.is_some();
+        if !primary_settings && self.network_interfaces.is_empty() {
+            return None;
+        }
+        let primary = NetworkInterface {
+            network_card_index: 0,
+            device_index: 0,
+            interface_type: InterfaceType::Interface,
+        };
+        let declared = if self.network_interfaces.is_empty() {
+            vec![primary]
+        } else {
+            self.network_interfaces.clone()
+        };
+        let tracking = self.connection_tracking.as_ref().map(|t| {
+            ConnectionTrackingSpecificationRequest::builder()
+                .set_tcp_established_timeout(t.tcp_established_timeout)
+                .set_udp_stream_timeout(t.udp_stream_timeout)
+                .set_udp_timeout(t.udp_timeout)
+                .build()
+        });
+        Some(
+            declared
+                .iter()
+                .map(|i| {
+                    let is_primary = i.network_card_index == 0 && i.device_index == 0;
+                    let mut spec =
+                        LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                            .network_card_index(i.network_card_index)
+                            .device_index(i.device_index)
+                            .set_groups(Some(self.security_group_ids.clone()));
+                    if i.interface_type == InterfaceType::EfaOnly {
+                        spec = spec.interface_type("efa-only");
+                    }
+                    if is_primary {
+                        spec = spec
+                            .set_associate_public_ip_address(self.associate_public_ip_address)
+                            .set_ipv4_prefix_count(self.ip_prefix_count)
+                            .set_connection_tracking_specification(tracking.clone());
+                    }
+                    spec.build()
+                })
+                .collect(),
+        )
     }
 
     pub fn tag_specification(&self) -> TagSpecification {
@@ -180,6 +278,12 @@ mod tests {
             associate_public_ip_address: None,
             tags: BTreeMap::new(),
             capacity_reservation_id: None,
+            placement_group: None,
+            network_interfaces: vec![],
+            ip_prefix_count: None,
+            connection_tracking: None,
+            cpu_options: None,
+            enclave_options: None,
         }
         .with_default_volumes()
     }
@@ -223,5 +327,89 @@ mod tests {
         assert_eq!(ebs.volume_size(), Some(20));
         assert_eq!(ebs.encrypted(), Some(true));
         assert_eq!(data.security_group_ids(), ["sg-1".to_string()]);
+    }
+
+    #[test]
+    fn a_class_without_the_newer_settings_keeps_its_template_name() {
+        // Pinned: the name a plain class's template had before the newer fields existed, so
+        // upgrading jointer does not replace every launch template.
+        assert_eq!(content().name("prod"), "karpenter.k8s.aws/f07301fd712a9113");
+    }
+
+    #[test]
+    fn efa_interfaces_prefixes_tracking_placement_cpu_and_enclaves_reach_the_template() {
+        let class: crate::api::EC2NodeClassSpec = serde_json::from_value(serde_json::json!({
+            "amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "r",
+            "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "networkInterfaces": [
+                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+                {"networkCardIndex": 1, "deviceIndex": 1, "interfaceType": "efa-only"}],
+            "ipPrefixCount": 2,
+            "connectionTracking": {"tcpEstablishedTimeout": 600},
+            "placementGroupSelector": {"name": "training"},
+            "cpuOptions": {"nestedVirtualization": "enabled"},
+            "enclaveOptions": {"enabled": true},
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda",
+                "ebs": {"snapshotID": "snap-1", "volumeInitializationRate": 200}}]
+        }))
+        .expect("spec");
+        let with = Content {
+            network_interfaces: class.network_interfaces,
+            ip_prefix_count: class.ip_prefix_count,
+            connection_tracking: class.connection_tracking,
+            placement_group: class.placement_group_selector,
+            cpu_options: class.cpu_options,
+            enclave_options: class.enclave_options,
+            block_device_mappings: class.block_device_mappings,
+            ..content()
+        };
+        assert_ne!(with.name("prod"), content().name("prod"));
+        let data = with.request();
+        // Interfaces carry the security groups; the template then has none of its own.
+        assert!(data.security_group_ids().is_empty());
+        let interfaces = data.network_interfaces();
+        assert_eq!(interfaces.len(), 2);
+        let primary = &interfaces[0];
+        assert_eq!(primary.ipv4_prefix_count(), Some(2));
+        assert_eq!(primary.groups(), ["sg-1".to_string()]);
+        assert_eq!(
+            primary
+                .connection_tracking_specification()
+                .and_then(|t| t.tcp_established_timeout()),
+            Some(600)
+        );
+        assert_eq!(primary.interface_type(), None);
+        let efa = &interfaces[1];
+        assert_eq!(efa.interface_type(), Some("efa-only"));
+        assert_eq!(
+            (efa.network_card_index(), efa.device_index()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(efa.ipv4_prefix_count(), None);
+        assert_eq!(
+            data.placement().and_then(|p| p.group_name()),
+            Some("training")
+        );
+        assert_eq!(
+            data.cpu_options().and_then(|c| c.nested_virtualization()),
+            Some(&NestedVirtualizationSpecification::Enabled)
+        );
+        assert_eq!(data.enclave_options().and_then(|e| e.enabled()), Some(true));
+        let ebs = data.block_device_mappings()[0].ebs().expect("ebs");
+        assert_eq!(ebs.volume_initialization_rate(), Some(200));
+    }
+
+    #[test]
+    fn a_public_ip_choice_alone_declares_just_the_primary_interface() {
+        let data = Content {
+            associate_public_ip_address: Some(false),
+            ..content()
+        }
+        .request();
+        let interfaces = data.network_interfaces();
+        assert_eq!(interfaces.len(), 1);
+        assert_eq!(interfaces[0].associate_public_ip_address(), Some(false));
+        assert_eq!(interfaces[0].device_index(), Some(0));
+        assert!(data.placement().is_none() && data.cpu_options().is_none());
     }
 }

@@ -32,6 +32,8 @@ pub struct NodeSettings<'a> {
     pub kubelet: Option<&'a KubeletConfiguration>,
     pub labels: &'a BTreeMap<String, String>,
     pub taints: &'a [Taint],
+    /// `instanceStorePolicy: RAID0`: nodeadm stripes the instance stores for kubelet data.
+    pub raid0_instance_stores: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -126,6 +128,10 @@ pub fn node_config(cluster: &ClusterInfo, node: &NodeSettings) -> String {
             "kubelet": { "config": kubelet_config, "flags": flags },
         }
     });
+    let mut doc = doc;
+    if node.raid0_instance_stores {
+        doc["spec"]["instance"] = json!({ "localStorage": { "strategy": "RAID0" } });
+    }
     serde_yaml::to_string(&doc).unwrap_or_default()
 }
 
@@ -246,14 +252,14 @@ mod tests {
             effect: TaintEffect::NoSchedule,
             time_added: None,
         }];
-        let kubelet = KubeletConfiguration {
-            max_pods: Some(58),
-            ..serde_json::from_value(json!({})).unwrap()
-        };
+        // A field jointer does not type reaches the kubelet as written.
+        let kubelet: KubeletConfiguration =
+            serde_json::from_value(json!({"maxPods": 58, "shutdownGracePeriod": "45s"})).unwrap();
         let node = NodeSettings {
             kubelet: Some(&kubelet),
             labels: &labels,
             taints: &taints,
+            raid0_instance_stores: true,
         };
         let data = al2023(&cluster(), &node, None).unwrap();
         assert!(
@@ -272,6 +278,11 @@ mod tests {
         assert_eq!(doc["spec"]["cluster"]["cidr"], "10.100.0.0/16");
         assert_eq!(doc["spec"]["kubelet"]["config"]["maxPods"], 58);
         assert_eq!(
+            doc["spec"]["kubelet"]["config"]["shutdownGracePeriod"],
+            "45s"
+        );
+        assert_eq!(doc["spec"]["instance"]["localStorage"]["strategy"], "RAID0");
+        assert_eq!(
             doc["spec"]["kubelet"]["flags"],
             json!([
                 "--node-labels=karpenter.sh/nodepool=general",
@@ -288,6 +299,7 @@ mod tests {
             &cluster(),
             &NodeSettings {
                 kubelet: None,
+                raid0_instance_stores: false,
                 labels: &labels,
                 taints: &[],
             },
@@ -304,6 +316,7 @@ mod tests {
                 &cluster(),
                 &NodeSettings {
                     kubelet: None,
+                    raid0_instance_stores: false,
                     labels: &labels,
                     taints: &[],
                 },

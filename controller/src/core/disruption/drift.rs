@@ -31,6 +31,13 @@ fn fnv(v: &Value) -> String {
 /// requirements need not go) and without the fields that only govern disruption.
 pub fn pool_hash(pool: &NodePool) -> String {
     let mut t = serde_json::to_value(&pool.spec.template).unwrap_or_default();
+    // Empty metadata is no longer written out; hash it as before so existing nodes keep
+    // their hash (a changed hash would drift every node of the pool).
+    if let Some(template) = t.as_object_mut() {
+        template
+            .entry("metadata")
+            .or_insert_with(|| serde_json::json!({}));
+    }
     if let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) {
         spec.remove("requirements");
         spec.remove("expireAfter");

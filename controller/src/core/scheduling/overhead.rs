@@ -6,6 +6,7 @@
 //! from ENI limits, kube-reserved memory 11 MiB per pod + 255 MiB, kube-reserved CPU on a
 //! sliding scale per core, 1 GiB kube-reserved ephemeral storage, hard eviction at 100 Mi.
 
+use crate::api::ec2nodeclass::InstanceStorePolicy;
 use crate::api::EC2NodeClass;
 
 use super::resources::Resources;
@@ -20,6 +21,8 @@ pub struct Hardware {
     pub memory_mib: i64,
     pub enis: i64,
     pub ipv4_per_eni: i64,
+    /// Local NVMe instance storage, GB (0 without).
+    pub local_nvme_gb: i64,
 }
 
 /// Kubelet settings from the EC2NodeClass that change capacity or overhead.
@@ -34,6 +37,9 @@ pub struct KubeletSettings {
     pub eviction_memory: Option<i64>,
     /// Root volume size in bytes (ephemeral storage capacity).
     pub root_volume_bytes: Option<i64>,
+    /// `instanceStorePolicy: RAID0`: the instance stores, striped, hold the kubelet's and
+    /// the container runtime's data, so ephemeral storage is their size where there are any.
+    pub ephemeral_on_instance_store: bool,
 }
 
 /// Virtualisation takes this share of the advertised memory before the kubelet sees it.
@@ -69,6 +75,14 @@ pub fn kube_reserved_cpu_millis(vcpu: i64) -> i64 {
     reserved.ceil() as i64
 }
 
+fn ephemeral_storage(hw: &Hardware, kubelet: &KubeletSettings) -> i64 {
+    if kubelet.ephemeral_on_instance_store && hw.local_nvme_gb > 0 {
+        // EC2 states instance storage in decimal gigabytes.
+        return hw.local_nvme_gb * 1_000_000_000;
+    }
+    kubelet.root_volume_bytes.unwrap_or(DEFAULT_ROOT_VOLUME)
+}
+
 /// Capacity and overhead of a node of this hardware under these kubelet settings.
 pub fn capacity_and_overhead(hw: &Hardware, kubelet: &KubeletSettings) -> (Resources, Resources) {
     let pods = max_pods(hw, kubelet);
@@ -77,7 +91,7 @@ pub fn capacity_and_overhead(hw: &Hardware, kubelet: &KubeletSettings) -> (Resou
         cpu: hw.vcpu * 1000,
         memory: memory - (memory as f64 * VM_MEMORY_OVERHEAD).ceil() as i64,
         pods,
-        ephemeral_storage: kubelet.root_volume_bytes.unwrap_or(DEFAULT_ROOT_VOLUME),
+        ephemeral_storage: ephemeral_storage(hw, kubelet),
         ..Resources::ZERO
     };
     let computed = Resources {
@@ -132,6 +146,8 @@ pub fn kubelet_settings(class: &EC2NodeClass) -> KubeletSettings {
         .and_then(|m| m.ebs.as_ref())
         .and_then(|e| e.volume_size.as_ref())
         .map(|q| q.units_ceil() as i64);
+    settings.ephemeral_on_instance_store =
+        class.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0);
     settings
 }
 
@@ -147,6 +163,7 @@ mod tests {
             memory_mib: 8192,
             enis: 3,
             ipv4_per_eni: 10,
+            local_nvme_gb: 0,
         };
         let (capacity, overhead) = capacity_and_overhead(&hw, &KubeletSettings::default());
         assert_eq!(capacity.pods, 29);
@@ -156,6 +173,40 @@ mod tests {
         assert_eq!(allocatable.cpu, 1930);
         // 8192 Mi × 0.925 − 574 Mi − 100 Mi ≈ 6903 Mi
         assert_eq!(allocatable.memory / MIB, 6903);
+    }
+
+    #[test]
+    fn raid0_makes_the_instance_stores_ephemeral_storage_where_there_are_any() {
+        let with_nvme = Hardware {
+            vcpu: 2,
+            memory_mib: 16384,
+            enis: 3,
+            ipv4_per_eni: 10,
+            local_nvme_gb: 118,
+        };
+        let without = Hardware {
+            local_nvme_gb: 0,
+            ..with_nvme
+        };
+        let raid0 = KubeletSettings {
+            ephemeral_on_instance_store: true,
+            ..Default::default()
+        };
+        let ephemeral =
+            |hw: &Hardware, k: &KubeletSettings| capacity_and_overhead(hw, k).0.ephemeral_storage;
+        assert_eq!(ephemeral(&with_nvme, &raid0), 118_000_000_000);
+        assert_eq!(ephemeral(&without, &raid0), DEFAULT_ROOT_VOLUME);
+        assert_eq!(
+            ephemeral(&with_nvme, &KubeletSettings::default()),
+            DEFAULT_ROOT_VOLUME
+        );
+        // nodefs eviction follows the disk it is on.
+        assert_eq!(
+            capacity_and_overhead(&with_nvme, &raid0)
+                .1
+                .ephemeral_storage,
+            GIB + 11_800_000_000
+        );
     }
 
     #[test]
@@ -172,6 +223,7 @@ mod tests {
             memory_mib: 16384,
             enis: 4,
             ipv4_per_eni: 15,
+            local_nvme_gb: 0,
         };
         assert_eq!(max_pods(&hw, &KubeletSettings::default()), 58);
         let kubelet = KubeletSettings {
