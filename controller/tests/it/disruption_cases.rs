@@ -400,3 +400,99 @@ fn a_spot_node_is_replaced_by_spot_only_when_allowed_and_with_enough_cheaper_typ
     assert_eq!(many.replacements.len(), 1);
     assert!(many.replacements[0].instance_types.len() >= 15);
 }
+
+/// Like [`run`], over `types` for class `c`.
+fn run_over(
+    snap: &Snapshot,
+    types: Vec<Arc<InstanceType>>,
+) -> jointer_controller::core::disruption::Decision {
+    let types = HashMap::from([("c".to_string(), types)]);
+    decide(&Inputs {
+        snapshot: snap,
+        types_of_class: &types,
+        now: NOW.parse::<Timestamp>().unwrap(),
+        settle: Duration::from_secs(30),
+        spot_to_spot: false,
+    })
+}
+
+fn pods_on(node: &str, count: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| pod(&format!("{node}-{i}"), node, "1", json!({})))
+        .collect()
+}
+
+#[test]
+fn balanced_refuses_a_move_that_saves_little_for_much_disruption() {
+    // Two full-ish 8-CPU nodes at $0.40/h; a type at $0.38/h could take either one's pods.
+    let types = vec![itype("big", 8, 0.4), itype("big-b", 8, 0.38)];
+    let nodes = [
+        node("a", "big", 8, LONG_AGO, json!({})),
+        node("b", "big", 8, LONG_AGO, json!({})),
+    ];
+    let pods = [pods_on("a", 7), pods_on("b", 7)].concat();
+    let balanced = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "consolidationPolicy": "Balanced"}),
+            "720h",
+        ),
+        &nodes,
+        &pods,
+    );
+    let d = run_over(&balanced, types.clone());
+    assert!(d.command.is_none(), "{:?}", d.command);
+    // 2.5 % of the pool's cost saved for 50 % of its disruption: score 0.05.
+    let why = kept_reason(&d, "claim-a");
+    assert!(
+        why.contains("NodePool p is Balanced")
+            && why.contains("saves 2.5% of the pool's cost for 50.0% of its disruption")
+            && why.contains("needs at least 0.50"),
+        "{why}"
+    );
+    // The same cluster under WhenEmptyOrUnderutilized takes the move: it is the policy.
+    let eager = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &nodes,
+        &pods,
+    );
+    let c = run_over(&eager, types).command.expect("a command");
+    assert_eq!(c.method, Method::Underutilized);
+    assert!((c.saving - 0.02).abs() < 1e-9);
+}
+
+#[test]
+fn balanced_takes_a_move_whose_savings_outweigh_its_disruption() {
+    // Node a holds one pod on 8 CPUs: a 2-CPU node at a quarter of the price takes it.
+    let types = vec![itype("small", 2, 0.1), itype("big", 8, 0.4)];
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "consolidationPolicy": "Balanced"}),
+            "720h",
+        ),
+        &[
+            node("a", "big", 8, LONG_AGO, json!({})),
+            node("b", "big", 8, LONG_AGO, json!({})),
+        ],
+        &[pods_on("a", 1), pods_on("b", 8)].concat(),
+    );
+    let c = run_over(&snap, types).command.expect("a command");
+    // 37.5 % of the cost saved for 20 % of the disruption (2 of 1+1 + 1+8): score 1.875.
+    assert_eq!(c.method, Method::Underutilized);
+    assert_eq!(c.candidates, ["claim-a"]);
+    assert_eq!(c.replacements.len(), 1);
+    assert!((c.saving - 0.3).abs() < 1e-9);
+}
+
+#[test]
+fn balanced_still_deletes_empty_nodes() {
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "consolidationPolicy": "Balanced"}),
+            "720h",
+        ),
+        &[node("a", "small", 2, LONG_AGO, json!({}))],
+        &[],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(c.method, Method::Empty);
+}

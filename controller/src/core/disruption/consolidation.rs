@@ -3,12 +3,13 @@
 //! most 100, time-bounded), then one at a time. The simulation is the provisioner's own solver
 //! over the cluster without the candidates, so a decision never strands a pod.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
 
+use super::balanced::{self, PoolTotals, Score};
 use super::candidates::{Candidate, Found};
 use super::price::{claim_price, worst_price};
 use super::{Budgets, Command, Inputs, Method};
@@ -32,15 +33,26 @@ pub fn allowed<'f, 'a>(
     inputs: &Inputs,
     found: &'f mut Found<'a>,
     budgets: &Budgets,
+    totals: &HashMap<String, PoolTotals>,
 ) -> Vec<&'f Candidate<'a>> {
-    let mut under: Vec<&Candidate> = found
-        .consolidatable
-        .iter()
-        .filter(|c| {
-            c.pool.spec.disruption.consolidation_policy
-                == ConsolidationPolicy::WhenEmptyOrUnderutilized
-        })
-        .collect();
+    let mut under: Vec<&Candidate> = Vec::new();
+    for c in &found.consolidatable {
+        match c.pool.spec.disruption.consolidation_policy {
+            ConsolidationPolicy::WhenEmpty => {}
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => under.push(c),
+            // Deleting a node outright is the best any move on it can do: when even that
+            // falls short, no move is tried.
+            ConsolidationPolicy::Balanced => {
+                let price = claim_price(c.claim, inputs.types_of_class).unwrap_or(0.0);
+                match balanced_shortfall(&[c], price, totals) {
+                    None => under.push(c),
+                    Some(why) => found
+                        .kept
+                        .push((c.claim.name_any(), format!("even deleting it: {why}"))),
+                }
+            }
+        }
+    }
     under.sort_by(|a, b| {
         a.pods.len().cmp(&b.pods.len()).then_with(|| {
             let pa = claim_price(a.claim, inputs.types_of_class).unwrap_or(0.0);
@@ -68,7 +80,11 @@ pub fn allowed<'f, 'a>(
 
 /// Several nodes at once: the longest prefix (at most 100, binary search) whose pods fit the
 /// rest of the cluster plus at most one cheaper node.
-pub fn multi_node(inputs: &Inputs, allowed: &[&Candidate]) -> Option<Command> {
+pub fn multi_node(
+    inputs: &Inputs,
+    allowed: &[&Candidate],
+    totals: &HashMap<String, PoolTotals>,
+) -> Option<Command> {
     let started = std::time::Instant::now();
     let (mut lo, mut hi) = (2, allowed.len().min(MULTI_NODE_MAX));
     if hi < lo {
@@ -76,14 +92,14 @@ pub fn multi_node(inputs: &Inputs, allowed: &[&Candidate]) -> Option<Command> {
     }
     // Savings need not grow with the prefix (two nodes may gain nothing where three do): the
     // whole prefix is tried first, then the search runs below it.
-    match simulate(inputs, &allowed[..hi]) {
+    match simulate(inputs, &allowed[..hi], totals) {
         Ok(command) => return Some(command),
         Err(_) => hi -= 1,
     }
     let mut best = None;
     while lo <= hi && started.elapsed() < MULTI_NODE_TIME {
         let mid = (lo + hi) / 2;
-        match simulate(inputs, &allowed[..mid]) {
+        match simulate(inputs, &allowed[..mid], totals) {
             Ok(command) => {
                 best = Some(command);
                 lo = mid + 1;
@@ -98,10 +114,11 @@ pub fn multi_node(inputs: &Inputs, allowed: &[&Candidate]) -> Option<Command> {
 pub fn single_node(
     inputs: &Inputs,
     allowed: &[&Candidate],
+    totals: &HashMap<String, PoolTotals>,
     kept: &mut Vec<(String, String)>,
 ) -> Option<Command> {
     for c in allowed {
-        match simulate(inputs, &[c]) {
+        match simulate(inputs, &[c], totals) {
             Ok(command) => return Some(command),
             Err(why) => kept.push((c.claim.name_any(), why)),
         }
@@ -150,8 +167,51 @@ pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String>
     Ok(plan)
 }
 
-/// Delete the candidates, or replace them with one node strictly cheaper than their sum.
-fn simulate(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
+/// Why a move saving `saving` USD/hour by disrupting `cands` is not worth it under
+/// `Balanced`, or None when it is (or no candidate's pool is Balanced). The candidates'
+/// pools' totals are the whole the move is measured against.
+fn balanced_shortfall(
+    cands: &[&Candidate],
+    saving: f64,
+    totals: &HashMap<String, PoolTotals>,
+) -> Option<String> {
+    let balanced: BTreeSet<String> = cands
+        .iter()
+        .filter(|c| c.pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced)
+        .map(|c| c.pool.name_any())
+        .collect();
+    if balanced.is_empty() {
+        return None;
+    }
+    let pools: BTreeSet<String> = cands.iter().map(|c| c.pool.name_any()).collect();
+    let whole = pools
+        .iter()
+        .filter_map(|p| totals.get(p))
+        .fold(PoolTotals::default(), |a, t| PoolTotals {
+            price: a.price + t.price,
+            disruption: a.disruption + t.disruption,
+        });
+    let disruption: f64 = cands.iter().map(|c| balanced::node_cost(&c.pods)).sum();
+    let score = Score::new(saving, disruption, whole);
+    let names: Vec<&str> = balanced.iter().map(String::as_str).collect();
+    (!score.approves()).then(|| score.shortfall(&names.join(", ")))
+}
+
+/// Delete the candidates, or replace them with one node strictly cheaper than their sum;
+/// under `Balanced`, only when the savings are worth the disruption.
+fn simulate(
+    inputs: &Inputs,
+    cands: &[&Candidate],
+    totals: &HashMap<String, PoolTotals>,
+) -> Result<Command, String> {
+    let command = move_for(inputs, cands)?;
+    match balanced_shortfall(cands, command.saving, totals) {
+        Some(why) => Err(why),
+        None => Ok(command),
+    }
+}
+
+fn move_for(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
     let price: f64 = cands
         .iter()
         .map(|c| claim_price(c.claim, inputs.types_of_class).ok_or("its price is unknown"))

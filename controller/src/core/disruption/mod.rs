@@ -3,6 +3,7 @@
 //! its own over the candidates one pass finds; every node kept gets its reason (`jointer
 //! explain node`, the controller's logs).
 
+pub mod balanced;
 pub mod budget;
 pub mod candidates;
 pub mod consolidation;
@@ -105,6 +106,13 @@ impl Budgets<'_> {
 
 pub fn decide(inputs: &Inputs) -> Decision {
     let mut found = candidates::find(inputs);
+    // Balanced pools score moves against their totals, taken once for the pass.
+    let totals = balanced::pool_totals(
+        found
+            .live
+            .iter()
+            .map(|c| (c, claim_price(c.claim, inputs.types_of_class))),
+    );
     let pool_nodes = std::mem::take(&mut found.pool_nodes);
     let budgets = Budgets {
         pool_nodes: &pool_nodes,
@@ -115,9 +123,9 @@ pub fn decide(inputs: &Inputs) -> Decision {
         .or_else(|| drift::command(inputs, &mut found, &budgets))
         .or_else(|| {
             let mut kept = Vec::new();
-            let allowed = consolidation::allowed(inputs, &mut found, &budgets);
-            let command = consolidation::multi_node(inputs, &allowed)
-                .or_else(|| consolidation::single_node(inputs, &allowed, &mut kept));
+            let allowed = consolidation::allowed(inputs, &mut found, &budgets, &totals);
+            let command = consolidation::multi_node(inputs, &allowed, &totals)
+                .or_else(|| consolidation::single_node(inputs, &allowed, &totals, &mut kept));
             found.kept.extend(kept);
             command
         });
