@@ -43,8 +43,8 @@ pub fn allowed<'f, 'a>(
         .collect();
     under.sort_by(|a, b| {
         a.pods.len().cmp(&b.pods.len()).then_with(|| {
-            let pa = claim_price(a.claim, inputs.types_of_class).unwrap_or(0.0);
-            let pb = claim_price(b.claim, inputs.types_of_class).unwrap_or(0.0);
+            let pa = claim_price(a.claim, inputs.types_of_pool).unwrap_or(0.0);
+            let pb = claim_price(b.claim, inputs.types_of_pool).unwrap_or(0.0);
             pb.total_cmp(&pa)
         })
     });
@@ -154,7 +154,7 @@ pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String>
 fn simulate(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
     let price: f64 = cands
         .iter()
-        .map(|c| claim_price(c.claim, inputs.types_of_class).ok_or("its price is unknown"))
+        .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))
         .sum::<Result<f64, _>>()?;
     let plan = reschedule(inputs, cands)?;
     let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();
