@@ -158,7 +158,9 @@ impl Overlay {
                     EXTENDED.join(", ")
                 )));
             };
-            let amount = i64::try_from(quantity.units_ceil()).unwrap_or(i64::MAX).max(0);
+            let amount = i64::try_from(quantity.units_ceil())
+                .unwrap_or(i64::MAX)
+                .max(0);
             capacity.push((*known, amount));
         }
         Ok(Overlay {
@@ -388,7 +390,7 @@ impl PoolOverlays {
 mod tests {
     use super::*;
     use crate::api::nodeoverlay::NodeOverlaySpec;
-    use crate::api::{OverlayRequirement, Operator, Quantity};
+    use crate::api::{Operator, OverlayRequirement, Quantity};
     use crate::core::scheduling::{CapacityType, Offering};
 
     fn offering(zone: &str, capacity_type: CapacityType, price: f64) -> Offering {
@@ -475,10 +477,7 @@ mod tests {
     }
 
     /// Resolves `overlays` for one pool and returns (type, zone, capacity type) → price.
-    fn prices(
-        overlays: &[Arc<NodeOverlay>],
-        pool: &NodePool,
-    ) -> (BTreeMap<String, f64>, Overlays) {
+    fn prices(overlays: &[Arc<NodeOverlay>], pool: &NodePool) -> (BTreeMap<String, f64>, Overlays) {
         let t = types();
         let resolved = Overlays::resolve(overlays, &[PoolTypes { pool, types: &t }]);
         let out = resolved
@@ -487,7 +486,12 @@ mod tests {
             .flat_map(|t| {
                 t.offerings
                     .iter()
-                    .map(|o| (format!("{} {} {}", t.name, o.zone, o.capacity_type), o.price))
+                    .map(|o| {
+                        (
+                            format!("{} {} {}", t.name, o.zone, o.capacity_type),
+                            o.price,
+                        )
+                    })
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -501,10 +505,22 @@ mod tests {
     #[test]
     fn price_changes_parse_and_apply_with_a_floor_of_zero() {
         assert_eq!(PriceChange::price("0.05"), Ok(PriceChange::Set(0.05)));
-        assert!(close(PriceChange::adjustment("-30%").unwrap().apply(0.2), 0.14));
-        assert!(close(PriceChange::adjustment("+10%").unwrap().apply(0.2), 0.22));
-        assert!(close(PriceChange::adjustment("-0.05").unwrap().apply(0.2), 0.15));
-        assert!(close(PriceChange::adjustment("+1").unwrap().apply(0.2), 1.2));
+        assert!(close(
+            PriceChange::adjustment("-30%").unwrap().apply(0.2),
+            0.14
+        ));
+        assert!(close(
+            PriceChange::adjustment("+10%").unwrap().apply(0.2),
+            0.22
+        ));
+        assert!(close(
+            PriceChange::adjustment("-0.05").unwrap().apply(0.2),
+            0.15
+        ));
+        assert!(close(
+            PriceChange::adjustment("+1").unwrap().apply(0.2),
+            1.2
+        ));
         assert_eq!(PriceChange::adjustment("-1").unwrap().apply(0.2), 0.0);
         assert_eq!(PriceChange::adjustment("-100%").unwrap().apply(0.2), 0.0);
         for bad in ["10%", "0.5", "-101%", "x", "+"] {
@@ -534,11 +550,20 @@ mod tests {
         let p = pool("default", &[]);
         let t = types();
         let o = [adjusted(overlay("sp", None, vec![family("m5")]), "-50%")];
-        let resolved = Overlays::resolve(&o, &[PoolTypes { pool: &p, types: &t }]);
+        let resolved = Overlays::resolve(
+            &o,
+            &[PoolTypes {
+                pool: &p,
+                types: &t,
+            }],
+        );
         let out = resolved.apply(&p, &t);
         assert!(out[0].price_overlaid);
         assert!(close(out[0].offerings[0].price, 0.10));
-        assert!(Arc::ptr_eq(&out[1], &t[1]), "c5 is not matched, so not copied");
+        assert!(
+            Arc::ptr_eq(&out[1], &t[1]),
+            "c5 is not matched, so not copied"
+        );
     }
 
     #[test]
@@ -548,7 +573,11 @@ mod tests {
         let light = priced(overlay("light", Some(10), vec![family("m5")]), "0.01");
         let (prices, resolved) = prices(&[light, heavy], &p);
         assert!(close(prices["m5.xlarge z1 on-demand"], 0.05));
-        assert_eq!(resolved.rejection("light"), None, "lower weight is no conflict");
+        assert_eq!(
+            resolved.rejection("light"),
+            None,
+            "lower weight is no conflict"
+        );
     }
 
     #[test]
@@ -600,7 +629,11 @@ mod tests {
             overlay(
                 "by-name",
                 None,
-                vec![OverlayRequirement::new(labels::NODEPOOL, Operator::In, &["batch"])],
+                vec![OverlayRequirement::new(
+                    labels::NODEPOOL,
+                    Operator::In,
+                    &["batch"],
+                )],
             ),
             "0.01",
         );
@@ -615,7 +648,10 @@ mod tests {
         let overlays = [by_name, by_label];
         let (batch_prices, _) = prices(&overlays, &batch);
         let (web_prices, _) = prices(&overlays, &web);
-        assert!(close(batch_prices["c5.xlarge z1 on-demand"], 0.085), "weight 3 beats unset");
+        assert!(
+            close(batch_prices["c5.xlarge z1 on-demand"], 0.085),
+            "weight 3 beats unset"
+        );
         assert!(close(web_prices["c5.xlarge z1 on-demand"], 0.17));
         // A label the type and pool lack: In fails, NotIn holds.
         let absent = adjusted(
@@ -645,7 +681,13 @@ mod tests {
             (NEURON.to_string(), "4".parse::<Quantity>().unwrap()),
         ]));
         let o = [Arc::new(weak), Arc::new(strong)];
-        let resolved = Overlays::resolve(&o, &[PoolTypes { pool: &p, types: &t }]);
+        let resolved = Overlays::resolve(
+            &o,
+            &[PoolTypes {
+                pool: &p,
+                types: &t,
+            }],
+        );
         let out = resolved.apply(&p, &t);
         assert_eq!(out[0].capacity.nvidia_gpu, 2, "the heavier overlay wins");
         assert_eq!(out[0].allocatable.nvidia_gpu, 2);
@@ -667,9 +709,17 @@ mod tests {
             )]));
             Arc::new(o)
         };
-        let resolved = Overlays::resolve(&[gpu("x"), gpu("y")], &[PoolTypes { pool: &p, types: &t }]);
+        let resolved = Overlays::resolve(
+            &[gpu("x"), gpu("y")],
+            &[PoolTypes {
+                pool: &p,
+                types: &t,
+            }],
+        );
         assert_eq!(resolved.rejection("y"), None);
-        assert!(matches!(resolved.rejection("x"), Some(Rejection::Conflict { what, .. }) if what.contains(AMD_GPU)));
+        assert!(
+            matches!(resolved.rejection("x"), Some(Rejection::Conflict { what, .. }) if what.contains(AMD_GPU))
+        );
     }
 
     #[test]

@@ -212,7 +212,11 @@ fn consolidation_prices_nodes_and_replacements_with_the_node_overlays() {
     }))];
     let d = run(&snap);
     assert!(d.command.is_none(), "{:?}", d.command);
-    assert!(kept_reason(&d, "claim-a").contains("cheaper"), "{:?}", d.kept);
+    assert!(
+        kept_reason(&d, "claim-a").contains("cheaper"),
+        "{:?}",
+        d.kept
+    );
 }
 
 #[test]
