@@ -233,7 +233,8 @@ impl Overlays {
             Ok(o) => (o.weight, o.name.clone()),
             Err((name, _)) => (i32::MIN, name.clone()),
         };
-        parsed.sort_by(|a, b| key(b).cmp(&key(a)));
+        // Highest weight first; equal weights by name, later in the alphabet first.
+        parsed.sort_by_key(|r| std::cmp::Reverse(key(r)));
         let labels: Vec<Requirements> = pools.iter().map(|p| pool_labels(p.pool)).collect();
         // What each accepted overlay set, by (pool, type, offering) and (pool, type, resource).
         let mut prices: HashMap<(usize, String, usize), Claim> = HashMap::new();
