@@ -5,3 +5,5 @@
 pub const NODEPOOL_V1: &str = "karpenter.sh/v1";
 /// EC2NodeClass.
 pub const NODECLASS_V1: &str = "karpenter.k8s.aws/v1";
+/// NodeOverlay (upstream serves it only as v1alpha1).
+pub const NODEOVERLAY_V1ALPHA1: &str = "karpenter.sh/v1alpha1";

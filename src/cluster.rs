@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use jointer_controller::api::ec2nodeclass::EC2NodeClass;
 use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodeclaim::NodeClaim;
-use jointer_controller::api::NodePool;
+use jointer_controller::api::{NodeOverlay, NodePool};
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
 use jointer_controller::core::scheduling::InstanceType;
 use jointer_controller::core::state::Snapshot;
@@ -57,6 +57,20 @@ where
         .collect())
 }
 
+/// Like [`list_all`], but a kind whose CRD the cluster does not have (NodeOverlay on a
+/// cluster installed before jointer knew it) is simply none of them.
+async fn list_optional<K>(client: &kube::Client) -> Result<Vec<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items.into_iter().map(Arc::new).collect()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("listing {}", K::plural(&()))),
+    }
+}
+
 pub type TypesOfClass = HashMap<String, Vec<Arc<InstanceType>>>;
 
 /// The EKS cluster the live reads are about.
@@ -76,6 +90,7 @@ pub async fn cluster_state(kube: &kube::Client, eks: Eks<'_>) -> Result<(Snapsho
         nodeclasses: list_all::<EC2NodeClass>(kube).await?,
         daemonsets: list_all::<DaemonSet>(kube).await?,
         pdbs: list_all::<PodDisruptionBudget>(kube).await?,
+        nodeoverlays: list_optional::<NodeOverlay>(kube).await?,
     };
     let config = jointer_controller::clients::aws_config(Some(eks.region)).await;
     let metrics = Arc::new(Metrics::new());

@@ -3,22 +3,27 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// Every CRD with the file name it is committed under in `manifests/crds/`.
 pub fn all() -> Vec<(String, CustomResourceDefinition)> {
-    [NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd()]
-        .into_iter()
-        .map(|crd| {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            // Upstream's file naming: <group>_<plural>.yaml
-            let file = match name.split_once('.') {
-                Some((plural, group)) => format!("{group}_{plural}.yaml"),
-                None => format!("{name}.yaml"),
-            };
-            (file, crd)
-        })
-        .collect()
+    [
+        NodePool::crd(),
+        NodeClaim::crd(),
+        EC2NodeClass::crd(),
+        NodeOverlay::crd(),
+    ]
+    .into_iter()
+    .map(|crd| {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        // Upstream's file naming: <group>_<plural>.yaml
+        let file = match name.split_once('.') {
+            Some((plural, group)) => format!("{group}_{plural}.yaml"),
+            None => format!("{name}.yaml"),
+        };
+        (file, crd)
+    })
+    .collect()
 }
 
 /// A CRD as the YAML document committed in the repository.

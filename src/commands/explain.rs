@@ -95,9 +95,11 @@ pub async fn node(ctx: &Context, node: &str) -> Result<Explanation> {
     };
     let name = claim.name_any();
     let settings = cluster::controller_settings(&ctx.kube, &ctx.config.controller).await;
+    let (types_of_pool, _) = state::types_of_pools(&snap, &types_of_class);
     let decision = decide(&DecideInputs {
         snapshot: &snap,
         types_of_class: &types_of_class,
+        types_of_pool: &types_of_pool,
         now: k8s_openapi::jiff::Timestamp::now(),
         settle: settings.settle,
         spot_to_spot: settings.spot_to_spot,

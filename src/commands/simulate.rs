@@ -5,10 +5,12 @@
 //! user catalog), and pods from workload files. With no arguments it runs the bundled example.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use jointer_controller::api::EC2NodeClass;
+use jointer_controller::api::{EC2NodeClass, NodeOverlay};
 use jointer_controller::cloud::sim::{SimCloud, Source};
 use jointer_controller::core::catalog::{Catalog, UserInstanceType};
+use jointer_controller::core::overlay::{Overlays, PoolTypes};
 use jointer_controller::core::scheduling::pool_input::pool_input;
 use jointer_controller::core::scheduling::{checker, solve, Plan, Problem};
 use kube::ResourceExt;
@@ -189,7 +191,14 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
             _ => None,
         })
         .collect();
-    let mut pools = Vec::new();
+    let overlays: Vec<Arc<NodeOverlay>> = objects
+        .iter()
+        .filter_map(|o| match &o.object {
+            Object::NodeOverlay(n) => Some(Arc::new(n.as_ref().clone())),
+            _ => None,
+        })
+        .collect();
+    let mut pool_types = Vec::new();
     let mut problems = Vec::new();
     for located in &objects {
         let Object::NodePool(pool) = &located.object else {
@@ -205,11 +214,31 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
             continue;
         };
         match cloud.class_types(class) {
-            Ok(types) => pools.push(pool_input(pool.as_ref(), types, &workload.daemonsets)),
+            Ok(types) => pool_types.push((pool.as_ref(), types)),
             Err(e) => problems
                 .push(Diagnostic::error(&located.file, e.to_string()).object(located.object.id())),
         }
     }
+    // The controller's rules: overlays ordered by weight, the conflicting ones rejected whole.
+    let resolved = Overlays::resolve(
+        &overlays,
+        &pool_types
+            .iter()
+            .map(|(pool, types)| PoolTypes { pool, types })
+            .collect::<Vec<_>>(),
+    );
+    for o in &overlays {
+        if let Some(why) = resolved.rejection(&o.name_any()) {
+            problems.push(Diagnostic::error(
+                &input,
+                format!("NodeOverlay {}: {} ({})", o.name_any(), why, why.reason()),
+            ));
+        }
+    }
+    let pools: Vec<_> = pool_types
+        .iter()
+        .map(|(pool, types)| pool_input(pool, resolved.apply(pool, types), &workload.daemonsets))
+        .collect();
     if pools.is_empty() && problems.is_empty() {
         problems.push(Diagnostic::error(&input, "no NodePool to simulate with"));
     }

@@ -11,7 +11,7 @@ use jointer_controller::api::nodepool::DisruptionReason;
 use jointer_controller::core::disruption::budget;
 use jointer_controller::core::disruption::claim_price;
 use jointer_controller::core::nodeclaim::launched_capacity;
-use jointer_controller::core::state::Snapshot;
+use jointer_controller::core::state::{types_of_pools, Snapshot};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -65,6 +65,8 @@ const REASONS: [(DisruptionReason, &str); 3] = [
 
 /// The summary of `snap` at `now` (pure).
 pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Status {
+    // What each node costs as the controller prices it: NodeOverlays applied.
+    let (types_of_pool, _) = types_of_pools(snap, types);
     let mut nodepools = Vec::new();
     for pool in &snap.nodepools {
         let name = pool.name_any();
@@ -78,7 +80,10 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
             .filter(|c| c.metadata.deletion_timestamp.is_some())
             .count();
         let capacity = launched_capacity(claims.iter().map(|c| c.as_ref()));
-        let prices: Vec<Option<f64>> = claims.iter().map(|c| claim_price(c, types)).collect();
+        let prices: Vec<Option<f64>> = claims
+            .iter()
+            .map(|c| claim_price(c, &types_of_pool))
+            .collect();
         nodepools.push(PoolStatus {
             node_class: pool.spec.template.spec.node_class_ref.name.clone(),
             nodes: claims.len(),

@@ -1,20 +1,21 @@
 //! Karpenter v1 objects read from YAML (rendered templates, converted files), typed and
 //! validated with the same CEL rules the CRDs carry; every problem is located.
 
-use jointer_controller::api::{EC2NodeClass, FieldError, NodePool, Validate};
+use jointer_controller::api::{EC2NodeClass, FieldError, NodeOverlay, NodePool, Validate};
 use kube::ResourceExt;
 use serde::Serialize;
 
 use super::diagnostics::{Diagnostic, InputErrors};
 use super::documents::YamlStream;
-use crate::api_versions::{NODECLASS_V1, NODEPOOL_V1};
+use crate::api_versions::{NODECLASS_V1, NODEOVERLAY_V1ALPHA1, NODEPOOL_V1};
 
-/// An object `render` and `convert` produce.
+/// An object `render` and `convert` produce (and `simulate` reads; only it takes NodeOverlays).
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Object {
     NodePool(Box<NodePool>),
     EC2NodeClass(Box<EC2NodeClass>),
+    NodeOverlay(Box<NodeOverlay>),
 }
 
 impl Object {
@@ -22,6 +23,7 @@ impl Object {
         match self {
             Object::NodePool(_) => "NodePool",
             Object::EC2NodeClass(_) => "EC2NodeClass",
+            Object::NodeOverlay(_) => "NodeOverlay",
         }
     }
 
@@ -29,6 +31,7 @@ impl Object {
         match self {
             Object::NodePool(o) => o.name_any(),
             Object::EC2NodeClass(o) => o.name_any(),
+            Object::NodeOverlay(o) => o.name_any(),
         }
     }
 
@@ -41,6 +44,7 @@ impl Object {
         match self {
             Object::NodePool(o) => o.validate(),
             Object::EC2NodeClass(o) => o.validate(),
+            Object::NodeOverlay(o) => o.validate(),
         }
     }
 }
@@ -87,6 +91,9 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
         (Some(NODECLASS_V1), Some("EC2NodeClass")) => {
             Object::EC2NodeClass(stream.typed(doc)?)
         }
+        (Some(NODEOVERLAY_V1ALPHA1), Some("NodeOverlay")) => {
+            Object::NodeOverlay(stream.typed(doc)?)
+        }
         (Some(api @ ("karpenter.sh/v1beta1" | "karpenter.k8s.aws/v1beta1")), _) => {
             return Err(Diagnostic::error(&stream.file, format!("{api} is not served any more: convert the file with `jointer convert`"))
                 .field(&stream.map, doc, "apiVersion")
@@ -96,7 +103,7 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
             return Err(Diagnostic::error(
                 &stream.file,
                 format!(
-                    "unsupported object {}/{}: expected {NODEPOOL_V1} NodePool or {NODECLASS_V1} EC2NodeClass",
+                    "unsupported object {}/{}: expected {NODEPOOL_V1} NodePool, {NODECLASS_V1} EC2NodeClass or {NODEOVERLAY_V1ALPHA1} NodeOverlay",
                     api.unwrap_or("<no apiVersion>"),
                     kind.unwrap_or("<no kind>")
                 ),

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use super::config::LoadedConfig;
-use super::diagnostics::InputErrors;
+use super::diagnostics::{Diagnostic, InputErrors};
 use super::documents::YamlStream;
-use super::manifest::{check_unique, read_objects, Located};
+use super::manifest::{check_unique, read_objects, Located, Object};
 use super::node_templates;
 use super::source_map::SourceMap;
 
@@ -36,6 +36,19 @@ pub fn node_objects(loaded: &LoadedConfig) -> Result<NodeObjects, InputErrors> {
             Err(InputErrors(mut p)) => problems.append(&mut p),
         }
         out.maps.insert(stream.file, stream.map);
+    }
+    // `apply` converges, prunes and tears down NodePools and EC2NodeClasses only; an overlay
+    // it would silently leave out must not look applied.
+    for o in &out.objects {
+        if let Object::NodeOverlay(_) = o.object {
+            problems.push(
+                Diagnostic::error(
+                    &o.file,
+                    "NodeOverlays are not applied from node templates yet: apply them with kubectl, or pass them to `jointer simulate --nodepools`",
+                )
+                .object(o.object.id()),
+            );
+        }
     }
     if !problems.is_empty() {
         return Err(InputErrors(problems));

@@ -103,6 +103,92 @@ fn the_seeds_experiment_shows_what_flexibility_saves() {
     assert!(eight["cpu_utilization"].as_f64().unwrap() > one["cpu_utilization"].as_f64().unwrap());
 }
 
+/// The Savings Plan example: a NodeOverlay discounting m5 changes what the same pool buys,
+/// and the price it is bought at is the discounted one.
+#[test]
+fn a_savings_plan_overlay_changes_the_chosen_type_and_its_price() {
+    let ws = Workspace::new();
+    let run = |extra: &[String]| {
+        let class = repo("manifests/examples/seed/class.yaml");
+        let pool = repo("manifests/examples/savings-plan/pool.yaml");
+        let workload = repo("manifests/examples/seed/workload.yaml");
+        let mut args = vec!["simulate", "-o", "json", "--nodepools", &class, &pool];
+        args.extend(extra.iter().map(String::as_str));
+        args.extend(["--workload", &workload]);
+        json(ws.jointer(&args).succeeded())
+    };
+    let families = |out: &serde_json::Value| {
+        out["nodeclaims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let t = c["instance_type"].as_str().unwrap_or_default();
+                t.split('.').next().unwrap_or_default().to_string()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let list = run(&[]);
+    let discounted = run(&[repo("manifests/examples/savings-plan/overlay.yaml")]);
+    assert!(
+        !families(&list).contains("m5"),
+        "at list prices m5 is not chosen: {list}"
+    );
+    assert_eq!(
+        families(&discounted).into_iter().collect::<Vec<_>>(),
+        ["m5"]
+    );
+    assert_eq!(list["pods_scheduled"], discounted["pods_scheduled"]);
+    // m5.2xlarge's estimated on-demand price is 0.384 $/h; 45 % off is 0.2112.
+    let m5_2xl = discounted["nodeclaims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["instance_type"] == "m5.2xlarge")
+        .expect("an m5.2xlarge");
+    assert!((m5_2xl["price_per_hour"].as_f64().unwrap() - 0.2112).abs() < 1e-9);
+    assert!(
+        discounted["total_price_per_hour"].as_f64().unwrap()
+            < list["total_price_per_hour"].as_f64().unwrap()
+    );
+}
+
+#[test]
+fn conflicting_overlays_are_refused_naming_both() {
+    let ws = Workspace::new();
+    let overlay = |name: &str, price: &str| {
+        format!("apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {{ name: {name} }}\nspec:\n  requirements: [ {{ key: karpenter.k8s.aws/instance-family, operator: In, values: [m5] }} ]\n  price: '{price}'\n")
+    };
+    ws.write(
+        "overlays.yaml",
+        &format!(
+            "{}---\n{}",
+            overlay("first", "0.01"),
+            overlay("second", "0.02")
+        ),
+    );
+    ws.jointer(&[
+        "simulate",
+        "--nodepools",
+        &repo("manifests/examples/seed/class.yaml"),
+        &repo("manifests/examples/savings-plan/pool.yaml"),
+        "overlays.yaml",
+    ])
+    .refused(&[
+        "NodeOverlay first: conflicts with NodeOverlay second",
+        "(Conflict)",
+    ]);
+    // An invalid one is located like any other object.
+    ws.write("bad.yaml", &overlay("bad", "-1"));
+    ws.jointer(&[
+        "simulate",
+        "--nodepools",
+        &repo("manifests/examples/seed/class.yaml"),
+        "bad.yaml",
+    ])
+    .refused(&["bad.yaml:6:", "non-negative number of dollars per hour"]);
+}
+
 #[test]
 fn a_config_renders_the_pools_and_sets_the_region() {
     let ws = Workspace::new();

@@ -24,28 +24,10 @@ pub fn is_true(conditions: &[Condition], kind: &str) -> bool {
         .any(|c| c.type_ == kind && c.status == TRUE)
 }
 
-/// Sets a condition; its transition time moves only when its status does.
+/// Sets a NodeClaim condition (its transition time moves only when its status does) and
+/// `Ready` from the three lifecycle stages.
 pub fn set(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reason: &str, message: &str) {
-    let status = if ok { TRUE } else { FALSE };
-    let now = Time(Timestamp::now());
-    match conditions.iter_mut().find(|c| c.type_ == kind) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = now;
-            }
-            c.status = status.into();
-            c.reason = reason.into();
-            c.message = message.into();
-        }
-        None => conditions.push(Condition {
-            type_: kind.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: now,
-            observed_generation: None,
-        }),
-    }
+    set_one(conditions, kind, ok, reason, message);
     let ready = [LAUNCHED, REGISTERED, INITIALIZED]
         .iter()
         .all(|k| is_true(conditions, k));
@@ -65,6 +47,30 @@ pub fn set(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reason: &str, 
         if before != Some(ready) {
             set(conditions, READY, ready, reason, message);
         }
+    }
+}
+
+/// Sets one condition, nothing else; its transition time moves only when its status does.
+pub fn set_one(conditions: &mut Vec<Condition>, kind: &str, ok: bool, reason: &str, message: &str) {
+    let status = if ok { TRUE } else { FALSE };
+    let now = Time(Timestamp::now());
+    match conditions.iter_mut().find(|c| c.type_ == kind) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status.into();
+            c.reason = reason.into();
+            c.message = message.into();
+        }
+        None => conditions.push(Condition {
+            type_: kind.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: now,
+            observed_generation: None,
+        }),
     }
 }
 

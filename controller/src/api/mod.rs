@@ -1,5 +1,5 @@
 //! The Karpenter v1 API: `karpenter.sh/v1` NodePool and NodeClaim, `karpenter.k8s.aws/v1`
-//! EC2NodeClass, spec and status, with upstream defaults.
+//! EC2NodeClass, `karpenter.sh/v1alpha1` NodeOverlay, spec and status, with upstream defaults.
 //!
 //! Validation rules are written once, as CEL on the types (`#[x_kube(validation = ...)]`). They
 //! land in the generated CRDs, where the API server enforces them, and [`validation`] evaluates
@@ -10,6 +10,7 @@ pub mod duration;
 pub mod ec2nodeclass;
 pub mod labels;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod quantity;
 pub mod requirements;
@@ -20,13 +21,14 @@ pub mod validation;
 pub use duration::{KubeDuration, NillableDuration};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus, OverlayRequirement};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use quantity::Quantity;
 pub use requirements::{NodeSelectorRequirementWithMinValues, Operator};
 pub use taint::{Taint, TaintEffect};
 pub use validation::{FieldError, Validate};
 
-/// API group of NodePool and NodeClaim.
+/// API group of NodePool, NodeClaim and NodeOverlay.
 pub const CORE_GROUP: &str = "karpenter.sh";
 /// API group of EC2NodeClass.
 pub const AWS_GROUP: &str = "karpenter.k8s.aws";

@@ -16,6 +16,7 @@ use crate::api::ec2nodeclass::{
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::nodeclass::Found;
+use crate::core::overlay::PoolOverlays;
 use crate::core::scheduling::{CapacityType, InstanceType};
 
 /// An instance launched (or found) for a NodeClaim.
@@ -163,12 +164,14 @@ pub trait CloudProvider: Send + Sync {
         classes: &[Arc<EC2NodeClass>],
     ) -> Result<TypesOfClass, CloudError>;
 
-    /// Launches one instance for `claim`, the cheapest its requirements and `class` allow,
-    /// and says which of the class's types it became.
+    /// Launches one instance for `claim`, the cheapest its requirements and `class` allow once
+    /// `overlays` (the NodeOverlays of the claim's NodePool) have priced the class's types,
+    /// and says which of those types it became.
     async fn launch(
         &self,
         claim: &NodeClaim,
         class: &EC2NodeClass,
+        overlays: &PoolOverlays,
     ) -> Result<(Launched, Arc<InstanceType>), CloudError>;
 
     /// The live instance launched for the NodeClaim named `claim`, if there is one.

@@ -23,6 +23,7 @@ use crate::api::ec2nodeclass::AmiFamily;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
 use crate::core::catalog::{Catalog, CatalogError, PriceOverrides};
+use crate::core::overlay::PoolOverlays;
 use crate::core::scheduling::overhead::kubelet_settings;
 use crate::core::scheduling::InstanceType;
 
@@ -212,6 +213,7 @@ impl CloudProvider for SimCloud {
         &self,
         claim: &NodeClaim,
         class: &EC2NodeClass,
+        overlays: &PoolOverlays,
     ) -> Result<(Launched, Arc<InstanceType>), CloudError> {
         if let Some(why) = class_not_ready(class) {
             return Err(CloudError::ClassNotReady {
@@ -219,7 +221,7 @@ impl CloudProvider for SimCloud {
                 why,
             });
         }
-        let types = self.offered(class)?;
+        let types = overlays.apply(&self.offered(class)?);
         let mut state = self.state();
         state.launch_calls += 1;
         if let Some(e) = state.failing_launches.pop_front() {

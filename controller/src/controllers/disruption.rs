@@ -17,6 +17,7 @@ use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::disruption::{decide, Command, Inputs};
 use crate::core::nodeclaim::from_plan;
+use crate::core::state::types_of_pools;
 use crate::metrics::ReasonLabels;
 use crate::runtime::{taints, Context};
 
@@ -54,9 +55,11 @@ async fn decide_now(ctx: &Context) -> Option<Command> {
             return None;
         }
     };
+    let (types_of_pool, _) = types_of_pools(&snapshot, &types_of_class);
     let decision = decide(&Inputs {
         snapshot: &snapshot,
         types_of_class: &types_of_class,
+        types_of_pool: &types_of_pool,
         now: Timestamp::now(),
         settle: ctx.settings.disruption_settle,
         spot_to_spot: ctx.settings.spot_to_spot_consolidation,

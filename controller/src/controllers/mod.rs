@@ -8,6 +8,7 @@ pub mod garbage;
 pub mod interruption;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod overlay_status;
 pub mod pod_events;
 pub mod pool_status;
 pub mod provisioner;

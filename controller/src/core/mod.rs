@@ -9,6 +9,7 @@ pub mod drain;
 pub mod interruption;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod overlay;
 pub mod pods;
 pub mod scheduling;
 pub mod state;

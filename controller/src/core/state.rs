@@ -17,7 +17,8 @@ use crate::api::labels;
 use crate::api::labels::{DISRUPTED_TAINT, UNREGISTERED_TAINT};
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::taint::{Taint, TaintEffect};
-use crate::api::{NodePool, Quantity};
+use crate::api::{NodeOverlay, NodePool, Quantity};
+use crate::core::overlay::{Overlays, PoolTypes};
 use crate::core::pods::{is_provisionable, is_terminal, must_evict};
 use crate::core::scheduling::pool_input::pool_input;
 use crate::core::scheduling::{
@@ -34,6 +35,39 @@ pub struct Snapshot {
     pub nodeclasses: Vec<Arc<EC2NodeClass>>,
     pub daemonsets: Vec<Arc<DaemonSet>>,
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    pub nodeoverlays: Vec<Arc<NodeOverlay>>,
+}
+
+/// Each NodePool's instance types by pool name, as every decision sees them.
+pub type TypesOfPool = HashMap<String, Vec<Arc<InstanceType>>>;
+
+/// Each NodePool's instance types as the provisioner, disruption, `explain` and `status` see
+/// them: its EC2NodeClass's (`types_of_class` holds each Ready class's), with the cluster's
+/// NodeOverlays applied; and what became of each overlay. The one place overlays reach
+/// instance types, so a discount is priced the same way by every decision.
+pub fn types_of_pools(
+    snapshot: &Snapshot,
+    types_of_class: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> (TypesOfPool, Overlays) {
+    let live: Vec<(&NodePool, &[Arc<InstanceType>])> = snapshot
+        .nodepools
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let types = types_of_class.get(&p.spec.template.spec.node_class_ref.name)?;
+            Some((p.as_ref(), types.as_slice()))
+        })
+        .collect();
+    let pools: Vec<PoolTypes> = live
+        .iter()
+        .map(|(pool, types)| PoolTypes { pool, types })
+        .collect();
+    let overlays = Overlays::resolve(&snapshot.nodeoverlays, &pools);
+    let by_pool = live
+        .iter()
+        .map(|(pool, types)| (pool.name_any(), overlays.apply(pool, types)))
+        .collect();
+    (by_pool, overlays)
 }
 
 /// A NodePool left out of this decision, and why (so pending pods can be told).
@@ -228,6 +262,7 @@ fn pool_inputs(
         .iter()
         .filter_map(|d| daemon_pod(d))
         .collect();
+    let (types_of_pool, _) = types_of_pools(snapshot, types_of_class);
     let mut skipped = Vec::new();
     let mut pools: Vec<PoolInput> = Vec::new();
     for pool in &snapshot.nodepools {
@@ -254,7 +289,7 @@ fn pool_inputs(
             });
             continue;
         }
-        let types = types_of_class.get(class_name).cloned().unwrap_or_default();
+        let types = types_of_pool.get(&name).cloned().unwrap_or_default();
         let mut input = pool_input(pool, types, &daemons);
         for claim in snapshot.nodeclaims.iter().filter(|c| {
             c.labels().get(labels::NODEPOOL) == Some(&name)

@@ -1,5 +1,5 @@
 //! Watch-backed caches of the objects the controllers read (pods, nodes, NodeClaims,
-//! NodePools, EC2NodeClasses, DaemonSets, PodDisruptionBudgets): decisions read memory, not the
+//! NodePools, EC2NodeClasses, NodeOverlays, DaemonSets, PodDisruptionBudgets): decisions read memory, not the
 //! API server.
 
 use std::future::Future;
@@ -14,7 +14,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
-use crate::api::NodePool;
+use crate::api::{NodeOverlay, NodePool};
 use crate::core::state::Snapshot;
 
 #[derive(Clone)]
@@ -26,6 +26,7 @@ pub struct Stores {
     pub nodeclasses: Store<EC2NodeClass>,
     pub daemonsets: Store<DaemonSet>,
     pub pdbs: Store<PodDisruptionBudget>,
+    pub nodeoverlays: Store<NodeOverlay>,
 }
 
 fn cache<K>(api: Api<K>) -> (Store<K>, impl Future<Output = ()>)
@@ -50,8 +51,9 @@ impl Stores {
         let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()));
         let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()));
         let (pdbs, g) = cache(Api::<PodDisruptionBudget>::all(client.clone()));
+        let (nodeoverlays, h) = cache(Api::<NodeOverlay>::all(client.clone()));
         let run = async move {
-            tokio::join!(a, b, c, d, e, f, g);
+            tokio::join!(a, b, c, d, e, f, g, h);
         };
         (
             Stores {
@@ -62,6 +64,7 @@ impl Stores {
                 nodeclasses,
                 daemonsets,
                 pdbs,
+                nodeoverlays,
             },
             run,
         )
@@ -77,6 +80,7 @@ impl Stores {
             self.nodeclasses.wait_until_ready(),
             self.daemonsets.wait_until_ready(),
             self.pdbs.wait_until_ready(),
+            self.nodeoverlays.wait_until_ready(),
         );
     }
 
@@ -89,6 +93,7 @@ impl Stores {
             nodeclasses: self.nodeclasses.state(),
             daemonsets: self.daemonsets.state(),
             pdbs: self.pdbs.state(),
+            nodeoverlays: self.nodeoverlays.state(),
         }
     }
 }

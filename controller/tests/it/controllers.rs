@@ -49,6 +49,13 @@ fn nodepools(c: &kube::Client) -> Api<DynamicObject> {
 fn nodeclasses(c: &kube::Client) -> Api<DynamicObject> {
     dynamic(c, "karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses")
 }
+fn nodeoverlays(c: &kube::Client) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("karpenter.sh", "v1alpha1", "NodeOverlay"),
+        "nodeoverlays",
+    );
+    Api::all_with(c.clone(), &resource)
+}
 
 /// Fast timings: batches close in a fraction of a second, disruption decides every second.
 fn settings(name: &str) -> Settings {
@@ -385,7 +392,12 @@ fn condition(obj: &DynamicObject, kind: &str) -> Option<String> {
 async fn remove_leftovers(client: &kube::Client) {
     let params = ListParams::default().labels(SCENE_LABEL);
     let unblock = json!({"metadata": {"finalizers": null}});
-    for api in [nodeclaims(client), nodepools(client), nodeclasses(client)] {
+    for api in [
+        nodeclaims(client),
+        nodepools(client),
+        nodeclasses(client),
+        nodeoverlays(client),
+    ] {
         for o in api.list(&params).await.map(|l| l.items).unwrap_or_default() {
             let _ = api
                 .patch(
@@ -532,6 +544,77 @@ async fn pending_pods_get_the_cheapest_instance_a_registered_node_and_run() {
             .any(|o| o.kind == "NodePool"),
         "the NodeClaim is owned by its pool"
     );
+    s.finish().await;
+}
+
+/// The Savings Plan case end to end: a NodeOverlay pricing one type far below its list price
+/// makes the provisioner plan it and the launch buy it; of two overlays of the same weight
+/// pricing it, one is reported as conflicting and only the other applies.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overlay_making_a_type_cheaper_changes_what_launches() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start("ip-overlay", json!({}), |_| {}).await;
+    const DISCOUNTED: &str = "m5.2xlarge";
+    let overlay = |name: String, price: &str| {
+        json!({
+            "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": name, "labels": {SCENE_LABEL: s.name}},
+            "spec": {
+                "weight": 5,
+                "price": price,
+                "requirements": [
+                    // Only this scene's pool: overlays are cluster-wide.
+                    {"key": labels::NODEPOOL, "operator": "In", "values": [s.name]},
+                    {"key": labels::INSTANCE_TYPE, "operator": "In", "values": [DISCOUNTED]},
+                ],
+            },
+        })
+    };
+    let (winner, loser) = (format!("{}-b", s.name), format!("{}-a", s.name));
+    create(&nodeoverlays(&s.client), overlay(winner.clone(), "0.001")).await;
+    create(&nodeoverlays(&s.client), overlay(loser.clone(), "0.002")).await;
+    let status = |name: String| {
+        let api = nodeoverlays(&s.client);
+        async move {
+            let o = api.get(&name).await.ok()?;
+            let c = o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "ValidationSucceeded")?
+                .clone();
+            Some((
+                c["status"].as_str()?.to_string(),
+                c["reason"].as_str()?.to_string(),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            ))
+        }
+    };
+    let (ok, reason, _) = wait_for("the winning overlay's status", WAIT, || {
+        status(winner.clone())
+    })
+    .await;
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("True", "ValidationSucceeded")
+    );
+    let (ok, reason, message) = wait_for("the conflicting overlay's status", WAIT, || {
+        status(loser.clone())
+    })
+    .await;
+    assert_eq!((ok.as_str(), reason.as_str()), ("False", "Conflict"));
+    assert!(message.contains(&winner), "{message}");
+
+    // At list prices a pod of 1.5 CPU gets a far smaller type; the overlay makes this one cheapest.
+    s.pod("web-0", "1500m", json!({})).await;
+    s.running("web-0").await;
+    let launched = s.sim.instances();
+    assert_eq!(launched.len(), 1, "one launch");
+    assert_eq!(launched[0].launched.instance_type, DISCOUNTED);
+    for name in [winner, loser] {
+        let _ = nodeoverlays(&s.client)
+            .delete(&name, &DeleteParams::default())
+            .await;
+    }
     s.finish().await;
 }
 

@@ -9,7 +9,7 @@ use jointer_controller::core::disruption::{decide, Inputs, Method};
 use jointer_controller::core::scheduling::{
     CapacityType, InstanceType, Offering, Requirement, Requirements, Resources,
 };
-use jointer_controller::core::state::Snapshot;
+use jointer_controller::core::state::{types_of_pools, Snapshot};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
@@ -102,14 +102,17 @@ fn snapshot(pool: Value, nodes: &[(Value, Value)], pods: &[Value]) -> Snapshot {
         nodeclasses: vec![from(class())],
         daemonsets: vec![],
         pdbs: vec![],
+        nodeoverlays: vec![],
     }
 }
 
 fn run(snap: &Snapshot) -> jointer_controller::core::disruption::Decision {
     let types = types();
+    let (types_of_pool, _) = types_of_pools(snap, &types);
     decide(&Inputs {
         snapshot: snap,
         types_of_class: &types,
+        types_of_pool: &types_of_pool,
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,
@@ -187,6 +190,28 @@ fn an_underutilized_node_is_replaced_only_by_a_strictly_cheaper_one() {
     );
     let d = run(&snap);
     assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a").contains("cheaper"),
+        "{:?}",
+        d.kept
+    );
+}
+
+/// A Savings Plan makes the big type the cheapest: its node is priced as the overlay says,
+/// so consolidation neither replaces it by a list-price-cheaper type nor churns it.
+#[test]
+fn consolidation_prices_nodes_and_replacements_with_the_node_overlays() {
+    let mut snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "big", 8, LONG_AGO, json!({}))],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    snap.nodeoverlays = vec![from(json!({
+        "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "savings-plan"},
+        "spec": {"price": "0.05", "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["big"]}]},
+    }))];
+    let d = run(&snap);
+    assert!(d.command.is_none(), "{:?}", d.command);
     assert!(
         kept_reason(&d, "claim-a").contains("cheaper"),
         "{:?}",
@@ -379,9 +404,11 @@ fn a_spot_node_is_replaced_by_spot_only_when_allowed_and_with_enough_cheaper_typ
         let mut list = vec![spot_type("spotbig", 8, 0.2)];
         list.extend((0..count).map(|i| spot_type(&format!("s{i}"), 2, 0.01 + i as f64 * 0.001)));
         let types = HashMap::from([("c".to_string(), list)]);
+        let (types_of_pool, _) = types_of_pools(&snap, &types);
         decide(&Inputs {
             snapshot: &snap,
             types_of_class: &types,
+            types_of_pool: &types_of_pool,
             now: NOW.parse::<Timestamp>().unwrap(),
             settle: Duration::from_secs(30),
             spot_to_spot,
@@ -407,9 +434,11 @@ fn run_over(
     types: Vec<Arc<InstanceType>>,
 ) -> jointer_controller::core::disruption::Decision {
     let types = HashMap::from([("c".to_string(), types)]);
+    let (types_of_pool, _) = types_of_pools(snap, &types);
     decide(&Inputs {
         snapshot: snap,
         types_of_class: &types,
+        types_of_pool: &types_of_pool,
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,

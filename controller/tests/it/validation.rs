@@ -1,6 +1,8 @@
 //! The CEL rules of the generated CRDs, evaluated offline through `Validate`.
 
-use jointer_controller::api::{EC2NodeClass, FieldError, NodeClaim, NodePool, Validate};
+use jointer_controller::api::{
+    EC2NodeClass, FieldError, NodeClaim, NodeOverlay, NodePool, Validate,
+};
 
 fn nodepool(spec: &str) -> NodePool {
     let yaml = format!(
@@ -222,4 +224,117 @@ fn nodeclaim_spec_is_valid_on_create() {
     )
     .unwrap();
     assert_eq!(claim.validate(), vec![]);
+}
+
+fn overlay(spec: &str) -> NodeOverlay {
+    let yaml = format!(
+        "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {{ name: o }}\nspec:\n{spec}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+const OVERLAY_M5: &str =
+    "  requirements: [ { key: karpenter.k8s.aws/instance-family, operator: In, values: [m5] } ]\n";
+
+#[test]
+fn valid_overlays_pass() {
+    for extra in [
+        "  price: '0.05'\n  weight: 10\n",
+        "  priceAdjustment: '-30%'\n",
+        "  priceAdjustment: '-100%'\n",
+        "  priceAdjustment: '+0.5'\n",
+        "  priceAdjustment: '-.25'\n",
+        "  capacity: { example.com/fpga: 2 }\n",
+    ] {
+        let o = overlay(&format!("{OVERLAY_M5}{extra}"));
+        assert_eq!(o.validate(), vec![], "{extra}");
+    }
+    // An overlay may select a pool by name, which a NodePool's own requirements may not.
+    let by_pool = overlay(
+        "  requirements: [ { key: karpenter.sh/nodepool, operator: In, values: [batch] } ]\n  priceAdjustment: '-10%'\n",
+    );
+    assert_eq!(by_pool.validate(), vec![]);
+}
+
+#[test]
+fn price_and_price_adjustment_exclude_each_other() {
+    let errors = overlay(&format!(
+        "{OVERLAY_M5}  price: '1'\n  priceAdjustment: '-1'\n"
+    ))
+    .validate();
+    assert_single_error(
+        &errors,
+        "spec",
+        "cannot set both 'price' and 'priceAdjustment'",
+    );
+}
+
+#[test]
+fn prices_and_adjustments_must_be_numbers_of_their_form() {
+    for (extra, path, needle) in [
+        ("  price: '-1'\n", "spec.price", "non-negative number"),
+        ("  price: 'cheap'\n", "spec.price", "non-negative number"),
+        (
+            "  priceAdjustment: '10%'\n",
+            "spec.priceAdjustment",
+            "signed",
+        ),
+        (
+            "  priceAdjustment: '-101%'\n",
+            "spec.priceAdjustment",
+            "at most -100%",
+        ),
+        (
+            "  priceAdjustment: '0.5'\n",
+            "spec.priceAdjustment",
+            "signed",
+        ),
+    ] {
+        let errors = overlay(&format!("{OVERLAY_M5}{extra}")).validate();
+        assert_single_error(&errors, path, needle);
+    }
+}
+
+#[test]
+fn overlay_capacity_adds_only_extended_resources() {
+    let errors = overlay(&format!("{OVERLAY_M5}  capacity: {{ memory: 1Gi }}\n")).validate();
+    assert_single_error(&errors, "spec.capacity", "only add extended resources");
+}
+
+#[test]
+fn overlay_weight_is_between_1_and_10000() {
+    for w in ["0", "10001"] {
+        let errors = overlay(&format!("{OVERLAY_M5}  weight: {w}\n")).validate();
+        assert_single_error(&errors, "spec.weight", "between 1 and 10000");
+    }
+}
+
+#[test]
+fn overlay_requirements_follow_upstreams_rules() {
+    for (req, needle) in [
+        ("{ key: a, operator: NotIn }", "must have a value"),
+        (
+            "{ key: a, operator: Gt, values: ['x'] }",
+            "single non-negative integer",
+        ),
+        (
+            "{ key: karpenter.sh/registered, operator: Exists }",
+            "karpenter.sh",
+        ),
+        (
+            "{ key: kubernetes.io/hostname, operator: Exists }",
+            "hostname",
+        ),
+        (
+            "{ key: karpenter.k8s.aws/made-up, operator: Exists }",
+            "karpenter.k8s.aws",
+        ),
+        (
+            "{ key: 'bad key', operator: Exists }",
+            "qualified label name",
+        ),
+    ] {
+        let errors = overlay(&format!("  requirements: [ {req} ]\n")).validate();
+        assert_single_error(&errors, "spec.requirements[0]", needle);
+    }
 }

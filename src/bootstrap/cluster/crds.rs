@@ -1,4 +1,4 @@
-//! The CRDs (NodePool, NodeClaim, EC2NodeClass), server-side applied on every run: unlike
+//! The CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay), server-side applied on every run: unlike
 //! `helm upgrade`, which never touches CRDs, this upgrades their schemas in place, and the
 //! objects stored under them stay.
 

@@ -30,6 +30,10 @@ pub struct FleetPlan {
     pub capacity_type: CapacityType,
     /// Cheapest first.
     pub overrides: Vec<Override>,
+    /// A NodeOverlay priced one of the offered types: EC2 must take the overrides in this
+    /// order (its `prioritized` strategies), since its own price order knows nothing of the
+    /// overlay (as upstream).
+    pub prioritized: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -165,9 +169,15 @@ pub fn plan(
             .total_cmp(&b.price)
             .then(a.instance_type.cmp(&b.instance_type))
     });
+    let prioritized = overrides.iter().any(|o| {
+        offers
+            .iter()
+            .any(|(t, _)| t.price_overlaid && t.name == o.instance_type)
+    });
     Ok(FleetPlan {
         capacity_type,
         overrides,
+        prioritized,
     })
 }
 

@@ -337,6 +337,8 @@ fn fleet_request(
                     ))
                     .subnet_id(&o.subnet_id)
                     .availability_zone(&o.zone)
+                    // Lower is preferred; only read by the prioritized strategies.
+                    .set_priority(prepared.plan.prioritized.then_some(o.price))
                     .build()
             })
             .collect();
@@ -363,6 +365,17 @@ fn fleet_request(
             .build()
     };
     let spot = prepared.plan.capacity_type == CapacityType::Spot;
+    let (spot_strategy, on_demand_strategy) = if prepared.plan.prioritized {
+        (
+            SpotAllocationStrategy::CapacityOptimizedPrioritized,
+            FleetOnDemandAllocationStrategy::Prioritized,
+        )
+    } else {
+        (
+            SpotAllocationStrategy::PriceCapacityOptimized,
+            FleetOnDemandAllocationStrategy::LowestPrice,
+        )
+    };
     ec2.create_fleet()
         .r#type(FleetType::Instant)
         .set_launch_template_configs(Some(configs.collect()))
@@ -378,12 +391,12 @@ fn fleet_request(
         )
         .spot_options(
             SpotOptionsRequest::builder()
-                .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                .allocation_strategy(spot_strategy)
                 .build(),
         )
         .on_demand_options(
             OnDemandOptionsRequest::builder()
-                .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                .allocation_strategy(on_demand_strategy)
                 .build(),
         )
         .tag_specifications(tag_spec(ResourceType::Instance))

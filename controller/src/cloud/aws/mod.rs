@@ -31,6 +31,7 @@ use crate::cloud::{
     CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
 };
 use crate::core::catalog::Catalog;
+use crate::core::overlay::PoolOverlays;
 use crate::core::scheduling::{CapacityType, InstanceType};
 use crate::metrics::Metrics;
 use instance_types::RegionOfferings;
@@ -136,10 +137,11 @@ impl CloudProvider for AwsCloud {
         &self,
         claim: &NodeClaim,
         class: &EC2NodeClass,
+        overlays: &PoolOverlays,
     ) -> Result<(Launched, Arc<InstanceType>), CloudError> {
         let offerings = self.offerings().await?;
         self.refresh_reservations([class]).await;
-        let types = self.types_for(&offerings, class, Instant::now());
+        let types = overlays.apply(&self.types_for(&offerings, class, Instant::now()));
         self.launch_one(claim, class, &types).await
     }
 

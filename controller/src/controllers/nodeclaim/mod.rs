@@ -25,7 +25,9 @@ use crate::api::nodeclaim::{NodeClaim, NodeClaimStatus};
 use crate::cloud::{CloudError, InstanceState};
 use crate::core::drain as drain_policy;
 use crate::core::nodeclaim::quantities;
+use crate::core::overlay::PoolOverlays;
 use crate::core::pods::since;
+use crate::core::state::types_of_pools;
 use crate::metrics::Metrics;
 use crate::runtime::{finalizers, taints, Context};
 
@@ -179,16 +181,17 @@ async fn launch(
         .state()
         .into_iter()
         .find(|c| &c.name_any() == class_name);
+    let overlays = pool_overlays(ctx, claim).await?;
     let result = match (ctx.cloud.find_launched(&name).await?, class) {
         (Some(launched), Some(class)) => {
             tracing::info!(nodeclaim = %name, instance = %launched.provider_id, "found the instance of an earlier launch; adopting it");
-            adopt(ctx, launched, class).await
+            adopt(ctx, launched, class, &overlays).await
         }
         (_, None) => Err(CloudError::ClassNotReady {
             class: class_name.clone(),
             why: "it does not exist".into(),
         }),
-        (None, Some(class)) => ctx.cloud.launch(claim, &class).await,
+        (None, Some(class)) => ctx.cloud.launch(claim, &class, &overlays).await,
     };
     match result {
         Ok((launched, itype)) => {
@@ -299,11 +302,28 @@ async fn instance_gone(ctx: &Context, instance: Option<&str>) -> Result<bool, Cl
     })
 }
 
+/// The NodeOverlays of the claim's NodePool, resolved as the provisioner resolved them, so
+/// the launch buys what the plan priced. A NodeClaim of no NodePool gets none (as upstream).
+async fn pool_overlays(ctx: &Context, claim: &NodeClaim) -> Result<PoolOverlays, CloudError> {
+    let snapshot = ctx.stores.snapshot();
+    let pool = claim
+        .labels()
+        .get(labels::NODEPOOL)
+        .and_then(|name| snapshot.nodepools.iter().find(|p| &p.name_any() == name));
+    let Some(pool) = pool.filter(|_| !snapshot.nodeoverlays.is_empty()) else {
+        return Ok(PoolOverlays::default());
+    };
+    let types_of_class = ctx.cloud.instance_types(&snapshot.nodeclasses).await?;
+    let (_, overlays) = types_of_pools(&snapshot, &types_of_class);
+    Ok(overlays.for_pool(pool))
+}
+
 /// The instance type of an instance an earlier launch made (to fill in the NodeClaim).
 async fn adopt(
     ctx: &Context,
     launched: crate::cloud::Launched,
     class: Arc<crate::api::EC2NodeClass>,
+    overlays: &PoolOverlays,
 ) -> Result<
     (
         crate::cloud::Launched,
@@ -314,9 +334,8 @@ async fn adopt(
     let itype = launched.instance_type.clone();
     let class_name = class.name_any();
     let mut types = ctx.cloud.instance_types(&[class]).await?;
-    types
-        .remove(&class_name)
-        .unwrap_or_default()
+    overlays
+        .apply(&types.remove(&class_name).unwrap_or_default())
         .into_iter()
         .find(|t| t.name == itype)
         .map(|t| (launched, t))

@@ -43,7 +43,7 @@ pub fn allowed<'f, 'a>(
             // Deleting a node outright is the best any move on it can do: when even that
             // falls short, no move is tried.
             ConsolidationPolicy::Balanced => {
-                let price = claim_price(c.claim, inputs.types_of_class).unwrap_or(0.0);
+                let price = claim_price(c.claim, inputs.types_of_pool).unwrap_or(0.0);
                 match balanced_shortfall(&[c], price, totals) {
                     None => under.push(c),
                     Some(why) => found
@@ -55,8 +55,8 @@ pub fn allowed<'f, 'a>(
     }
     under.sort_by(|a, b| {
         a.pods.len().cmp(&b.pods.len()).then_with(|| {
-            let pa = claim_price(a.claim, inputs.types_of_class).unwrap_or(0.0);
-            let pb = claim_price(b.claim, inputs.types_of_class).unwrap_or(0.0);
+            let pa = claim_price(a.claim, inputs.types_of_pool).unwrap_or(0.0);
+            let pb = claim_price(b.claim, inputs.types_of_pool).unwrap_or(0.0);
             pb.total_cmp(&pa)
         })
     });
@@ -214,7 +214,7 @@ fn simulate(
 fn move_for(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
     let price: f64 = cands
         .iter()
-        .map(|c| claim_price(c.claim, inputs.types_of_class).ok_or("its price is unknown"))
+        .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))
         .sum::<Result<f64, _>>()?;
     let plan = reschedule(inputs, cands)?;
     let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();

@@ -37,7 +37,7 @@ pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<
         method: Method::Empty,
         saving: empty
             .iter()
-            .filter_map(|c| claim_price(c, inputs.types_of_class))
+            .filter_map(|c| claim_price(c, inputs.types_of_pool))
             .sum(),
         candidates: empty.iter().map(|c| c.name_any()).collect(),
         replacements: Vec::new(),

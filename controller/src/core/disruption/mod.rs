@@ -78,6 +78,9 @@ pub struct Decision {
 pub struct Inputs<'a> {
     pub snapshot: &'a Snapshot,
     pub types_of_class: &'a HashMap<String, Vec<Arc<InstanceType>>>,
+    /// The same types per NodePool with the NodeOverlays applied ([`crate::core::state::types_of_pools`]):
+    /// what the nodes there cost.
+    pub types_of_pool: &'a crate::core::state::TypesOfPool,
     pub now: Timestamp,
     /// A node initialized more recently than this is not a candidate (its pods are still
     /// arriving: it was launched for them).
@@ -111,7 +114,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
         found
             .live
             .iter()
-            .map(|c| (c, claim_price(c.claim, inputs.types_of_class))),
+            .map(|c| (c, claim_price(c.claim, inputs.types_of_pool))),
     );
     let pool_nodes = std::mem::take(&mut found.pool_nodes);
     let budgets = Budgets {

@@ -1,32 +1,29 @@
 //! What nodes cost (pure): the price of a NodeClaim's instance and the dearest offering a
 //! replacement could land on, by which consolidation compares.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use kube::ResourceExt;
 
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::scheduling::{CapacityType, InstanceType, Requirements};
+use crate::core::state::TypesOfPool;
 
 /// What launching into a capacity reservation is priced at, relative to on-demand (as
 /// upstream: near zero, yet keeping the types' order).
 pub const RESERVED_PRICE_FACTOR: f64 = 1e-7;
 
-/// The price of the instance a NodeClaim launched (its labels name type, zone, capacity type).
-pub fn claim_price(
-    claim: &NodeClaim,
-    types: &HashMap<String, Vec<Arc<InstanceType>>>,
-) -> Option<f64> {
+/// The price of the instance a NodeClaim launched (its labels name type, zone, capacity type),
+/// as its NodePool's instance types price it (`types_of_pool`: NodeOverlays applied, so a
+/// discounted node is compared at the price its replacement would be).
+pub fn claim_price(claim: &NodeClaim, types_of_pool: &TypesOfPool) -> Option<f64> {
     let l = claim.labels();
     let (t, zone, ct) = (
         l.get(labels::INSTANCE_TYPE)?,
         l.get(labels::ZONE)?,
         CapacityType::parse(l.get(labels::CAPACITY_TYPE)?)?,
     );
-    let offerings = &types
-        .get(&claim.spec.node_class_ref.name)?
+    let offerings = &types_of_pool
+        .get(l.get(labels::NODEPOOL)?)?
         .iter()
         .find(|it| &it.name == t)?
         .offerings;

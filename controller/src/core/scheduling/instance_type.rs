@@ -79,6 +79,9 @@ pub struct InstanceType {
     /// `capacity - overhead`: what pods can request.
     pub allocatable: Resources,
     pub offerings: Vec<Offering>,
+    /// A NodeOverlay set the price of one of its offerings: EC2's own price order no longer
+    /// says which offering is cheapest, so a launch must ask for them in this order.
+    pub price_overlaid: bool,
 }
 
 impl InstanceType {
@@ -108,6 +111,7 @@ impl InstanceType {
             overhead,
             allocatable: capacity - overhead,
             offerings,
+            price_overlaid: false,
         }
     }
 

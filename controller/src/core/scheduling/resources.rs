@@ -84,6 +84,17 @@ impl Resources {
         (out, unknown)
     }
 
+    /// Sets one tracked resource; false when `name` is not one this model tracks.
+    pub fn set(&mut self, name: &str, value: i64) -> bool {
+        match self.slot(name) {
+            Some(slot) => {
+                *slot = value;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<i64> {
         let mut copy = *self;
         copy.slot(name).map(|v| *v)
