@@ -3,11 +3,16 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodePool};
 
 /// Every CRD with the file name it is committed under in `manifests/crds/`.
 pub fn all() -> Vec<(String, CustomResourceDefinition)> {
-    [NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd()]
+    [
+        NodePool::crd(),
+        NodeClaim::crd(),
+        EC2NodeClass::crd(),
+        CapacityBuffer::crd(),
+    ]
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
