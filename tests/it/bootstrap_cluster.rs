@@ -414,6 +414,9 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
         ("create", "", "pods", "eviction", "default"),
         ("list", "policy", "poddisruptionbudgets", "", ""),
         ("list", "apps", "daemonsets", "", ""),
+        ("watch", "autoscaling.x-k8s.io", "capacitybuffers", "", ""),
+        ("patch", "autoscaling.x-k8s.io", "capacitybuffers", "status", ""),
+        ("watch", "", "podtemplates", "", ""),
         ("list", "storage.k8s.io", "csinodes", "", ""),
         ("create", "", "events", "", "default"),
         ("update", "coordination.k8s.io", "leases", "", "kube-system"),
@@ -428,6 +431,7 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
         ("delete", "apps", "deployments", "", "kube-system"),
         ("create", "", "pods", "", "default"),
         ("patch", "karpenter.sh", "nodepools", "", ""),
+        ("patch", "autoscaling.x-k8s.io", "capacitybuffers", "", ""),
         ("update", "coordination.k8s.io", "leases", "", "default"),
         (
             "create",

@@ -1,12 +1,12 @@
 //! Watch-backed caches of the objects the controllers read (pods, nodes, NodeClaims,
-//! NodePools, EC2NodeClasses, DaemonSets, PodDisruptionBudgets): decisions read memory, not the
-//! API server.
+//! NodePools, EC2NodeClasses, DaemonSets, PodDisruptionBudgets; CapacityBuffers and the
+//! PodTemplates and workloads they name): decisions read memory, not the API server.
 
 use std::future::Future;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -14,8 +14,13 @@ use kube::runtime::{watcher, WatchStreamExt};
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
-use crate::api::NodePool;
+use crate::api::{CapacityBuffer, NodePool};
+use crate::core::buffer;
 use crate::core::state::Snapshot;
+
+/// How long startup waits for the CapacityBuffer list: the CRD may not be installed (it is
+/// shared with Cluster Autoscaler), and then there are no buffers rather than no controller.
+const BUFFERS_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct Stores {
@@ -26,6 +31,29 @@ pub struct Stores {
     pub nodeclasses: Store<EC2NodeClass>,
     pub daemonsets: Store<DaemonSet>,
     pub pdbs: Store<PodDisruptionBudget>,
+    pub buffers: BufferStores,
+}
+
+/// CapacityBuffers and what they are resolved from.
+#[derive(Clone)]
+pub struct BufferStores {
+    pub buffers: Store<CapacityBuffer>,
+    pub pod_templates: Store<PodTemplate>,
+    pub deployments: Store<Deployment>,
+    pub replicasets: Store<ReplicaSet>,
+    pub statefulsets: Store<StatefulSet>,
+}
+
+impl BufferStores {
+    pub fn sources(&self) -> buffer::Sources {
+        buffer::Sources {
+            buffers: self.buffers.state(),
+            pod_templates: self.pod_templates.state(),
+            deployments: self.deployments.state(),
+            replicasets: self.replicasets.state(),
+            statefulsets: self.statefulsets.state(),
+        }
+    }
 }
 
 fn cache<K>(api: Api<K>) -> (Store<K>, impl Future<Output = ()>)
@@ -50,8 +78,13 @@ impl Stores {
         let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()));
         let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()));
         let (pdbs, g) = cache(Api::<PodDisruptionBudget>::all(client.clone()));
+        let (buffers, h) = cache(Api::<CapacityBuffer>::all(client.clone()));
+        let (pod_templates, i) = cache(Api::<PodTemplate>::all(client.clone()));
+        let (deployments, j) = cache(Api::<Deployment>::all(client.clone()));
+        let (replicasets, k) = cache(Api::<ReplicaSet>::all(client.clone()));
+        let (statefulsets, l) = cache(Api::<StatefulSet>::all(client.clone()));
         let run = async move {
-            tokio::join!(a, b, c, d, e, f, g);
+            tokio::join!(a, b, c, d, e, f, g, h, i, j, k, l);
         };
         (
             Stores {
@@ -62,6 +95,13 @@ impl Stores {
                 nodeclasses,
                 daemonsets,
                 pdbs,
+                buffers: BufferStores {
+                    buffers,
+                    pod_templates,
+                    deployments,
+                    replicasets,
+                    statefulsets,
+                },
             },
             run,
         )
@@ -77,7 +117,17 @@ impl Stores {
             self.nodeclasses.wait_until_ready(),
             self.daemonsets.wait_until_ready(),
             self.pdbs.wait_until_ready(),
+            self.buffers.pod_templates.wait_until_ready(),
+            self.buffers.deployments.wait_until_ready(),
+            self.buffers.replicasets.wait_until_ready(),
+            self.buffers.statefulsets.wait_until_ready(),
         );
+        if tokio::time::timeout(BUFFERS_READY_WAIT, self.buffers.buffers.wait_until_ready())
+            .await
+            .is_err()
+        {
+            tracing::warn!("CapacityBuffers could not be listed (is the capacitybuffers.autoscaling.x-k8s.io CRD installed?); running without buffers until they can");
+        }
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -89,6 +139,7 @@ impl Stores {
             nodeclasses: self.nodeclasses.state(),
             daemonsets: self.daemonsets.state(),
             pdbs: self.pdbs.state(),
+            buffers: self.buffers.sources(),
         }
     }
 }
