@@ -302,3 +302,155 @@ pub fn housed(existing: Vec<ExistingNode>, pods: Vec<SchedPod>) -> BTreeSet<PodK
     });
     plan.existing.into_values().flatten().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn from<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("object"))
+    }
+
+    fn buffer(spec: Value) -> Arc<CapacityBuffer> {
+        from(json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+            "metadata": {"name": "warm", "namespace": "team"}, "spec": spec}))
+    }
+
+    fn chunk(cpu: &str, memory: &str) -> Value {
+        json!({"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}})
+    }
+
+    fn sources(buffer: Arc<CapacityBuffer>) -> Sources {
+        Sources {
+            buffers: vec![buffer],
+            pod_templates: vec![from(json!({"apiVersion": "v1", "kind": "PodTemplate",
+                "metadata": {"name": "chunk", "namespace": "team", "generation": 3},
+                "template": chunk("1", "2Gi")}))],
+            deployments: vec![from(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "team", "generation": 7},
+                "spec": {"replicas": 10, "selector": {"matchLabels": {"app": "web"}}, "template": chunk("500m", "1Gi")}}))],
+            statefulsets: vec![from(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "db", "namespace": "team"},
+                "spec": {"selector": {"matchLabels": {"app": "db"}}, "template": chunk("2", "4Gi")}}))],
+            ..Default::default()
+        }
+    }
+
+    fn replicas(spec: Value) -> Result<i32, BufferError> {
+        let b = buffer(spec);
+        resolve(&b, &sources(b.clone())).map(|r| r.replicas)
+    }
+
+    #[test]
+    fn replicas_percentage_and_limits_decide_the_chunks_together() {
+        let template = json!({"name": "chunk"});
+        assert_eq!(replicas(json!({"podTemplateRef": template, "replicas": 3})), Ok(3));
+        // Limits alone: as many 1-CPU/2Gi chunks as fit in 5 CPUs and 6Gi.
+        assert_eq!(
+            replicas(json!({"podTemplateRef": template, "limits": {"cpu": "5", "memory": "6Gi"}})),
+            Ok(3)
+        );
+        // Limits cap replicas.
+        assert_eq!(
+            replicas(json!({"podTemplateRef": template, "replicas": 10, "limits": {"cpu": "2500m"}})),
+            Ok(2)
+        );
+        let web = json!({"apiGroup": "apps", "kind": "Deployment", "name": "web"});
+        // 20 % of 10 replicas; 15 % of 10 rounds up to 2; 1 % of 10 is still one chunk.
+        assert_eq!(replicas(json!({"scalableRef": web, "percentage": 20})), Ok(2));
+        assert_eq!(replicas(json!({"scalableRef": web, "percentage": 15})), Ok(2));
+        assert_eq!(replicas(json!({"scalableRef": web, "percentage": 1})), Ok(1));
+        // Both set: the smaller.
+        assert_eq!(
+            replicas(json!({"scalableRef": web, "percentage": 50, "replicas": 3})),
+            Ok(3)
+        );
+        // A StatefulSet without replicas has one; 100 % of it is one chunk.
+        let db = json!({"apiGroup": "apps", "kind": "StatefulSet", "name": "db"});
+        assert_eq!(replicas(json!({"scalableRef": db, "percentage": 100})), Ok(1));
+        // A huge limit over a small chunk is capped.
+        assert_eq!(
+            replicas(json!({"podTemplateRef": template, "limits": {"cpu": "100000"}})),
+            Ok(MAX_CHUNKS)
+        );
+    }
+
+    #[test]
+    fn a_scalable_ref_takes_its_workloads_pod_template_and_generation() {
+        let b = buffer(json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}, "replicas": 2}));
+        let r = resolve(&b, &sources(b.clone())).expect("resolves");
+        assert_eq!((r.pod_template.clone(), r.generation), (None, Some(7)));
+        let pods = virtual_pods(&r, None);
+        assert_eq!(pods.len(), 2);
+        let p = SchedPod::from_k8s(&pods[1], None);
+        assert_eq!(p.requests.cpu, 500);
+        assert_eq!(p.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(p.key.namespace, "team");
+        assert!(is_virtual(&p.key), "{:?}", p.key);
+        assert_eq!(buffer_name(&p.key), "warm");
+        assert!(!is_virtual(&PodKey {
+            namespace: "team".into(),
+            name: "web-7d9f".into()
+        }));
+    }
+
+    #[test]
+    fn what_does_not_resolve_says_which_field_and_what_is_valid() {
+        let missing = replicas(json!({"podTemplateRef": {"name": "nope"}, "replicas": 1}));
+        assert_eq!(
+            missing.unwrap_err().to_string(),
+            "spec.podTemplateRef.name: PodTemplate team/nope does not exist"
+        );
+        let kind = replicas(json!({"scalableRef": {"apiGroup": "batch", "kind": "Job", "name": "j"}, "replicas": 1}))
+            .unwrap_err();
+        assert_eq!(kind.reason(), "UnsupportedScalableRef");
+        assert!(kind.to_string().contains("Deployment, ReplicaSet or StatefulSet"), "{kind}");
+        let gone = replicas(json!({"scalableRef": {"apiGroup": "apps", "kind": "ReplicaSet", "name": "rs"}, "replicas": 1}));
+        assert_eq!(gone.unwrap_err().reason(), "ScalableRefNotFound");
+        let uncounted = replicas(json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}}));
+        assert_eq!(uncounted, Err(BufferError::NoCount));
+        let unmeasurable = replicas(json!({"podTemplateRef": {"name": "chunk"}, "limits": {"nvidia.com/gpu": "4"}}));
+        assert_eq!(unmeasurable.unwrap_err().reason(), "LimitsUnmeasurable");
+        let strategy = replicas(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1, "provisioningStrategy": "other"}));
+        assert!(strategy.unwrap_err().to_string().contains("buffer.x-k8s.io/active-capacity"));
+        assert_eq!(replicas(json!({"replicas": 1})), Err(BufferError::NoRef));
+    }
+
+    #[test]
+    fn the_crds_rules_reject_what_upstream_rejects() {
+        use crate::api::Validate;
+        let errors = |spec: Value| -> Vec<String> {
+            buffer(spec).validate().into_iter().map(|e| e.to_string()).collect()
+        };
+        assert!(errors(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1})).is_empty());
+        let both = errors(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1,
+            "scalableRef": {"kind": "Deployment", "name": "web"}}));
+        assert!(both.iter().any(|e| e.contains("not both")), "{both:?}");
+        let uncounted = errors(json!({"podTemplateRef": {"name": "chunk"}}));
+        assert!(uncounted.iter().any(|e| e.contains("needs replicas or limits")), "{uncounted:?}");
+        let negative = errors(json!({"podTemplateRef": {"name": "chunk"}, "replicas": -1}));
+        assert!(negative.iter().any(|e| e.contains("replicas must be 0 or more")), "{negative:?}");
+    }
+
+    #[test]
+    fn placeholders_fill_free_room_first() {
+        let b = buffer(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 3}));
+        let pods = sched_pods(&sources(b));
+        let node = ExistingNode {
+            name: "n1".into(),
+            pool: None,
+            labels: Default::default(),
+            taints: Vec::new(),
+            allocatable: Resources {
+                pods: 110,
+                ..Resources::cpu_memory(2500, 8 << 30)
+            },
+            requested: Resources::ZERO,
+            pods: Vec::new(),
+        };
+        // 2.5 CPUs free hold two 1-CPU chunks; the third needs a node.
+        assert_eq!(housed(vec![node], pods).len(), 2);
+    }
+}

@@ -182,3 +182,96 @@ pub fn same_status(a: &CapacityBufferStatus, b: &CapacityBufferStatus) -> bool {
     };
     strip(a) == strip(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::scheduling::Resources;
+    use k8s_openapi::api::core::v1::PodTemplate;
+    use serde_json::json;
+
+    fn sources(replicas: i32, template: bool) -> Sources {
+        let buffer: CapacityBuffer = serde_json::from_value(json!({
+            "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+            "metadata": {"name": "warm", "namespace": "team", "generation": 2},
+            "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": replicas}}))
+        .expect("buffer");
+        let chunk: PodTemplate = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "chunk", "namespace": "team", "generation": 1},
+            "template": {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}))
+        .expect("template");
+        Sources {
+            buffers: vec![Arc::new(buffer)],
+            pod_templates: if template { vec![Arc::new(chunk)] } else { vec![] },
+            ..Default::default()
+        }
+    }
+
+    fn node(cpu_millis: i64) -> ExistingNode {
+        ExistingNode {
+            name: "n1".into(),
+            pool: None,
+            labels: Default::default(),
+            taints: Vec::new(),
+            allocatable: Resources {
+                pods: 110,
+                ..Resources::cpu_memory(cpu_millis, 8 << 30)
+            },
+            requested: Resources::ZERO,
+            pods: Vec::new(),
+        }
+    }
+
+    fn condition<'a>(s: &'a CapacityBufferStatus, kind: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == kind).expect(kind)
+    }
+
+    #[test]
+    fn a_buffer_is_satisfied_once_every_chunk_has_room() {
+        let waiting = &states(&sources(2, true), vec![node(1500)])[0];
+        assert_eq!((waiting.replicas(), waiting.housed, waiting.satisfied()), (2, 1, false));
+        let s = desired_status(waiting);
+        assert_eq!(s.replicas, Some(2));
+        assert_eq!(s.pod_template_ref.as_ref().map(|r| r.name.as_str()), Some("chunk"));
+        assert_eq!(s.pod_template_generation, Some(1));
+        assert_eq!(condition(&s, READY_FOR_PROVISIONING).status, TRUE);
+        let provisioning = condition(&s, PROVISIONING);
+        assert_eq!((provisioning.status.as_str(), provisioning.reason.as_str()), (FALSE, "WaitingForCapacity"));
+        assert_eq!(provisioning.observed_generation, Some(2));
+
+        let warm = &states(&sources(2, true), vec![node(2000)])[0];
+        assert!(warm.satisfied());
+        let summary = BufferSummary::from(warm);
+        assert_eq!((summary.replicas, summary.ready, summary.satisfied), (2, 2, true));
+        assert_eq!(condition(&desired_status(warm), PROVISIONING).status, TRUE);
+    }
+
+    #[test]
+    fn a_buffer_that_does_not_resolve_says_why_and_is_not_satisfied() {
+        let broken = &states(&sources(1, false), vec![node(4000)])[0];
+        assert!(!broken.satisfied());
+        let s = desired_status(broken);
+        let ready = condition(&s, READY_FOR_PROVISIONING);
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), (FALSE, "PodTemplateNotFound"));
+        assert!(ready.message.contains("spec.podTemplateRef.name"), "{}", ready.message);
+        assert_eq!(s.replicas, None);
+        let summary = BufferSummary::from(broken);
+        assert!(summary.error.is_some_and(|e| e.contains("does not exist")));
+    }
+
+    #[test]
+    fn an_unchanged_status_is_the_same_even_with_new_transition_times() {
+        let state = &states(&sources(1, true), vec![node(4000)])[0];
+        let first = desired_status(state);
+        let mut written = state.buffer.as_ref().clone();
+        written.status = Some(first.clone());
+        let again = BufferState {
+            buffer: Arc::new(written),
+            ..state.clone()
+        };
+        let second = desired_status(&again);
+        assert!(same_status(&first, &second));
+        let other = &states(&sources(1, true), vec![node(500)])[0];
+        assert!(!same_status(&first, &desired_status(other)));
+    }
+}
