@@ -12,8 +12,8 @@ use jointer_controller::api::ec2nodeclass::EC2NodeClass;
 use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodeclaim::NodeClaim;
 use jointer_controller::api::{CapacityBuffer, NodePool};
-use jointer_controller::core::buffer;
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
+use jointer_controller::core::buffer;
 use jointer_controller::core::scheduling::InstanceType;
 use jointer_controller::core::state::Snapshot;
 use jointer_controller::metrics::Metrics;
@@ -79,9 +79,9 @@ pub async fn buffer_sources(kube: &kube::Client) -> Result<buffer::Sources> {
 
 /// A list that failed because the kind is not served (its CRD is missing).
 fn is_not_found(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(r)) if r.code == 404)
-    })
+    e.chain().any(
+        |c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(r)) if r.code == 404),
+    )
 }
 
 pub type TypesOfClass = HashMap<String, Vec<Arc<InstanceType>>>;

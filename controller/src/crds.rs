@@ -13,17 +13,17 @@ pub fn all() -> Vec<(String, CustomResourceDefinition)> {
         EC2NodeClass::crd(),
         CapacityBuffer::crd(),
     ]
-        .into_iter()
-        .map(|crd| {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            // Upstream's file naming: <group>_<plural>.yaml
-            let file = match name.split_once('.') {
-                Some((plural, group)) => format!("{group}_{plural}.yaml"),
-                None => format!("{name}.yaml"),
-            };
-            (file, crd)
-        })
-        .collect()
+    .into_iter()
+    .map(|crd| {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        // Upstream's file naming: <group>_<plural>.yaml
+        let file = match name.split_once('.') {
+            Some((plural, group)) => format!("{group}_{plural}.yaml"),
+            None => format!("{name}.yaml"),
+        };
+        (file, crd)
+    })
+    .collect()
 }
 
 /// A CRD as the YAML document committed in the repository.

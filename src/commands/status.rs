@@ -1,6 +1,7 @@
 //! `jointer status`: what each NodePool runs now and costs per hour, how many of its nodes the
 //! disruption budgets let go right now, and whether each EC2NodeClass is Ready — from the
-//! cluster's objects and the region's prices, the same ones the controller decides with.
+//! cluster's objects and the region's prices, the same ones the controller decides with; and
+//! each CapacityBuffer with its chunks and whether its headroom exists now.
 
 use std::collections::BTreeMap;
 
@@ -8,10 +9,11 @@ use anyhow::Result;
 use jointer_controller::api::conditions::class_not_ready;
 use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodepool::DisruptionReason;
+use jointer_controller::core::buffer_status::{states, BufferSummary};
 use jointer_controller::core::disruption::budget;
 use jointer_controller::core::disruption::claim_price;
 use jointer_controller::core::nodeclaim::launched_capacity;
-use jointer_controller::core::state::Snapshot;
+use jointer_controller::core::state::{registered_nodes, Snapshot};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -54,6 +56,8 @@ pub struct ClassStatus {
 pub struct Status {
     pub nodepools: Vec<PoolStatus>,
     pub node_classes: Vec<ClassStatus>,
+    /// CapacityBuffers: chunks, how many have room now, satisfied.
+    pub capacity_buffers: Vec<BufferSummary>,
     pub cost_per_hour: f64,
 }
 
@@ -110,9 +114,14 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
         })
         .collect();
     let cost_per_hour = nodepools.iter().map(|p| p.cost_per_hour).sum();
+    let capacity_buffers = states(&snap.buffers, registered_nodes(snap))
+        .iter()
+        .map(BufferSummary::from)
+        .collect();
     Status {
         nodepools,
         node_classes,
+        capacity_buffers,
         cost_per_hour,
     }
 }

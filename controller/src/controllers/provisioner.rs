@@ -238,7 +238,11 @@ async fn report_unschedulable(
 ) {
     let mut counts: HashMap<&'static str, i64> = HashMap::new();
     // A buffer's placeholders are no pods to tell or count: its status says it waits.
-    for u in plan.unschedulable.iter().filter(|u| !buffer::is_virtual(&u.pod)) {
+    for u in plan
+        .unschedulable
+        .iter()
+        .filter(|u| !buffer::is_virtual(&u.pod))
+    {
         let mut parts = vec![u.message()];
         for s in &built.skipped {
             parts.push(format!("NodePool {}: {}", s.pool, s.why));

@@ -210,7 +210,11 @@ pub fn resolve(buffer: &CapacityBuffer, sources: &Sources) -> Result<Resolved, B
         }
         None => {}
     }
-    let replicas = counts.into_iter().min().unwrap_or(0).clamp(0, MAX_CHUNKS.into());
+    let replicas = counts
+        .into_iter()
+        .min()
+        .unwrap_or(0)
+        .clamp(0, MAX_CHUNKS.into());
     Ok(Resolved {
         namespace: buffer.namespace().unwrap_or_default(),
         name: buffer.name_any(),
@@ -259,7 +263,10 @@ pub fn virtual_pods(resolved: &Resolved, created: Option<&ObjectMeta>) -> Vec<Po
 /// buffers that do not, with why.
 pub fn resolve_all(
     sources: &Sources,
-) -> (Vec<(Resolved, Vec<SchedPod>)>, Vec<(Arc<CapacityBuffer>, BufferError)>) {
+) -> (
+    Vec<(Resolved, Vec<SchedPod>)>,
+    Vec<(Arc<CapacityBuffer>, BufferError)>,
+) {
     let mut ok = Vec::new();
     let mut failed = Vec::new();
     for buffer in &sources.buffers {
@@ -313,8 +320,10 @@ mod tests {
     }
 
     fn buffer(spec: Value) -> Arc<CapacityBuffer> {
-        from(json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
-            "metadata": {"name": "warm", "namespace": "team"}, "spec": spec}))
+        from(
+            json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+            "metadata": {"name": "warm", "namespace": "team"}, "spec": spec}),
+        )
     }
 
     fn chunk(cpu: &str, memory: &str) -> Value {
@@ -346,7 +355,10 @@ mod tests {
     #[test]
     fn replicas_percentage_and_limits_decide_the_chunks_together() {
         let template = json!({"name": "chunk"});
-        assert_eq!(replicas(json!({"podTemplateRef": template, "replicas": 3})), Ok(3));
+        assert_eq!(
+            replicas(json!({"podTemplateRef": template, "replicas": 3})),
+            Ok(3)
+        );
         // Limits alone: as many 1-CPU/2Gi chunks as fit in 5 CPUs and 6Gi.
         assert_eq!(
             replicas(json!({"podTemplateRef": template, "limits": {"cpu": "5", "memory": "6Gi"}})),
@@ -354,14 +366,25 @@ mod tests {
         );
         // Limits cap replicas.
         assert_eq!(
-            replicas(json!({"podTemplateRef": template, "replicas": 10, "limits": {"cpu": "2500m"}})),
+            replicas(
+                json!({"podTemplateRef": template, "replicas": 10, "limits": {"cpu": "2500m"}})
+            ),
             Ok(2)
         );
         let web = json!({"apiGroup": "apps", "kind": "Deployment", "name": "web"});
         // 20 % of 10 replicas; 15 % of 10 rounds up to 2; 1 % of 10 is still one chunk.
-        assert_eq!(replicas(json!({"scalableRef": web, "percentage": 20})), Ok(2));
-        assert_eq!(replicas(json!({"scalableRef": web, "percentage": 15})), Ok(2));
-        assert_eq!(replicas(json!({"scalableRef": web, "percentage": 1})), Ok(1));
+        assert_eq!(
+            replicas(json!({"scalableRef": web, "percentage": 20})),
+            Ok(2)
+        );
+        assert_eq!(
+            replicas(json!({"scalableRef": web, "percentage": 15})),
+            Ok(2)
+        );
+        assert_eq!(
+            replicas(json!({"scalableRef": web, "percentage": 1})),
+            Ok(1)
+        );
         // Both set: the smaller.
         assert_eq!(
             replicas(json!({"scalableRef": web, "percentage": 50, "replicas": 3})),
@@ -369,7 +392,10 @@ mod tests {
         );
         // A StatefulSet without replicas has one; 100 % of it is one chunk.
         let db = json!({"apiGroup": "apps", "kind": "StatefulSet", "name": "db"});
-        assert_eq!(replicas(json!({"scalableRef": db, "percentage": 100})), Ok(1));
+        assert_eq!(
+            replicas(json!({"scalableRef": db, "percentage": 100})),
+            Ok(1)
+        );
         // A huge limit over a small chunk is capped.
         assert_eq!(
             replicas(json!({"podTemplateRef": template, "limits": {"cpu": "100000"}})),
@@ -379,7 +405,9 @@ mod tests {
 
     #[test]
     fn a_scalable_ref_takes_its_workloads_pod_template_and_generation() {
-        let b = buffer(json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}, "replicas": 2}));
+        let b = buffer(
+            json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}, "replicas": 2}),
+        );
         let r = resolve(&b, &sources(b.clone())).expect("resolves");
         assert_eq!((r.pod_template.clone(), r.generation), (None, Some(7)));
         let pods = virtual_pods(&r, None);
@@ -406,15 +434,30 @@ mod tests {
         let kind = replicas(json!({"scalableRef": {"apiGroup": "batch", "kind": "Job", "name": "j"}, "replicas": 1}))
             .unwrap_err();
         assert_eq!(kind.reason(), "UnsupportedScalableRef");
-        assert!(kind.to_string().contains("Deployment, ReplicaSet or StatefulSet"), "{kind}");
-        let gone = replicas(json!({"scalableRef": {"apiGroup": "apps", "kind": "ReplicaSet", "name": "rs"}, "replicas": 1}));
+        assert!(
+            kind.to_string()
+                .contains("Deployment, ReplicaSet or StatefulSet"),
+            "{kind}"
+        );
+        let gone = replicas(
+            json!({"scalableRef": {"apiGroup": "apps", "kind": "ReplicaSet", "name": "rs"}, "replicas": 1}),
+        );
         assert_eq!(gone.unwrap_err().reason(), "ScalableRefNotFound");
-        let uncounted = replicas(json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}}));
+        let uncounted = replicas(
+            json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}}),
+        );
         assert_eq!(uncounted, Err(BufferError::NoCount));
-        let unmeasurable = replicas(json!({"podTemplateRef": {"name": "chunk"}, "limits": {"nvidia.com/gpu": "4"}}));
+        let unmeasurable = replicas(
+            json!({"podTemplateRef": {"name": "chunk"}, "limits": {"nvidia.com/gpu": "4"}}),
+        );
         assert_eq!(unmeasurable.unwrap_err().reason(), "LimitsUnmeasurable");
-        let strategy = replicas(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1, "provisioningStrategy": "other"}));
-        assert!(strategy.unwrap_err().to_string().contains("buffer.x-k8s.io/active-capacity"));
+        let strategy = replicas(
+            json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1, "provisioningStrategy": "other"}),
+        );
+        assert!(strategy
+            .unwrap_err()
+            .to_string()
+            .contains("buffer.x-k8s.io/active-capacity"));
         assert_eq!(replicas(json!({"replicas": 1})), Err(BufferError::NoRef));
     }
 
@@ -422,16 +465,30 @@ mod tests {
     fn the_crds_rules_reject_what_upstream_rejects() {
         use crate::api::Validate;
         let errors = |spec: Value| -> Vec<String> {
-            buffer(spec).validate().into_iter().map(|e| e.to_string()).collect()
+            buffer(spec)
+                .validate()
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect()
         };
         assert!(errors(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1})).is_empty());
         let both = errors(json!({"podTemplateRef": {"name": "chunk"}, "replicas": 1,
             "scalableRef": {"kind": "Deployment", "name": "web"}}));
         assert!(both.iter().any(|e| e.contains("not both")), "{both:?}");
         let uncounted = errors(json!({"podTemplateRef": {"name": "chunk"}}));
-        assert!(uncounted.iter().any(|e| e.contains("needs replicas or limits")), "{uncounted:?}");
+        assert!(
+            uncounted
+                .iter()
+                .any(|e| e.contains("needs replicas or limits")),
+            "{uncounted:?}"
+        );
         let negative = errors(json!({"podTemplateRef": {"name": "chunk"}, "replicas": -1}));
-        assert!(negative.iter().any(|e| e.contains("replicas must be 0 or more")), "{negative:?}");
+        assert!(
+            negative
+                .iter()
+                .any(|e| e.contains("replicas must be 0 or more")),
+            "{negative:?}"
+        );
     }
 
     #[test]

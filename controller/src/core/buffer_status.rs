@@ -68,15 +68,16 @@ impl From<&BufferState> for BufferSummary {
 /// headroom yet: a pod arriving now could not run there).
 pub fn states(sources: &Sources, existing: Vec<ExistingNode>) -> Vec<BufferState> {
     let (resolved, failed) = resolve_all(sources);
-    let pods = resolved.iter().flat_map(|(_, p)| p.iter().cloned()).collect();
+    let pods = resolved
+        .iter()
+        .flat_map(|(_, p)| p.iter().cloned())
+        .collect();
     let room = housed(existing, pods);
     let mut out: Vec<BufferState> = Vec::new();
     for (r, pods) in resolved {
-        let Some(buffer) = sources
-            .buffers
-            .iter()
-            .find(|b| b.namespace().as_deref() == Some(r.namespace.as_str()) && b.name_any() == r.name)
-        else {
+        let Some(buffer) = sources.buffers.iter().find(|b| {
+            b.namespace().as_deref() == Some(r.namespace.as_str()) && b.name_any() == r.name
+        }) else {
             continue;
         };
         let fitting = pods.iter().filter(|p| room.contains(&p.key)).count();
@@ -140,7 +141,10 @@ pub fn desired_status(state: &BufferState) -> CapacityBufferStatus {
                 format!("{} chunk(s) to keep room for", r.replicas),
             );
             let (reason, message) = if state.satisfied() {
-                ("HeadroomAvailable", format!("all {} chunk(s) fit on registered nodes", r.replicas))
+                (
+                    "HeadroomAvailable",
+                    format!("all {} chunk(s) fit on registered nodes", r.replicas),
+                )
             } else {
                 (
                     "WaitingForCapacity",
@@ -151,10 +155,22 @@ pub fn desired_status(state: &BufferState) -> CapacityBufferStatus {
                     ),
                 )
             };
-            set(&mut conditions, PROVISIONING, state.satisfied(), reason, message);
+            set(
+                &mut conditions,
+                PROVISIONING,
+                state.satisfied(),
+                reason,
+                message,
+            );
         }
         Err(e) => {
-            set(&mut conditions, READY_FOR_PROVISIONING, false, e.reason(), e.to_string());
+            set(
+                &mut conditions,
+                READY_FOR_PROVISIONING,
+                false,
+                e.reason(),
+                e.to_string(),
+            );
             set(
                 &mut conditions,
                 PROVISIONING,
@@ -202,7 +218,11 @@ mod tests {
         .expect("template");
         Sources {
             buffers: vec![Arc::new(buffer)],
-            pod_templates: if template { vec![Arc::new(chunk)] } else { vec![] },
+            pod_templates: if template {
+                vec![Arc::new(chunk)]
+            } else {
+                vec![]
+            },
             ..Default::default()
         }
     }
@@ -229,20 +249,32 @@ mod tests {
     #[test]
     fn a_buffer_is_satisfied_once_every_chunk_has_room() {
         let waiting = &states(&sources(2, true), vec![node(1500)])[0];
-        assert_eq!((waiting.replicas(), waiting.housed, waiting.satisfied()), (2, 1, false));
+        assert_eq!(
+            (waiting.replicas(), waiting.housed, waiting.satisfied()),
+            (2, 1, false)
+        );
         let s = desired_status(waiting);
         assert_eq!(s.replicas, Some(2));
-        assert_eq!(s.pod_template_ref.as_ref().map(|r| r.name.as_str()), Some("chunk"));
+        assert_eq!(
+            s.pod_template_ref.as_ref().map(|r| r.name.as_str()),
+            Some("chunk")
+        );
         assert_eq!(s.pod_template_generation, Some(1));
         assert_eq!(condition(&s, READY_FOR_PROVISIONING).status, TRUE);
         let provisioning = condition(&s, PROVISIONING);
-        assert_eq!((provisioning.status.as_str(), provisioning.reason.as_str()), (FALSE, "WaitingForCapacity"));
+        assert_eq!(
+            (provisioning.status.as_str(), provisioning.reason.as_str()),
+            (FALSE, "WaitingForCapacity")
+        );
         assert_eq!(provisioning.observed_generation, Some(2));
 
         let warm = &states(&sources(2, true), vec![node(2000)])[0];
         assert!(warm.satisfied());
         let summary = BufferSummary::from(warm);
-        assert_eq!((summary.replicas, summary.ready, summary.satisfied), (2, 2, true));
+        assert_eq!(
+            (summary.replicas, summary.ready, summary.satisfied),
+            (2, 2, true)
+        );
         assert_eq!(condition(&desired_status(warm), PROVISIONING).status, TRUE);
     }
 
@@ -252,8 +284,15 @@ mod tests {
         assert!(!broken.satisfied());
         let s = desired_status(broken);
         let ready = condition(&s, READY_FOR_PROVISIONING);
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), (FALSE, "PodTemplateNotFound"));
-        assert!(ready.message.contains("spec.podTemplateRef.name"), "{}", ready.message);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            (FALSE, "PodTemplateNotFound")
+        );
+        assert!(
+            ready.message.contains("spec.podTemplateRef.name"),
+            "{}",
+            ready.message
+        );
         assert_eq!(s.replicas, None);
         let summary = BufferSummary::from(broken);
         assert!(summary.error.is_some_and(|e| e.contains("does not exist")));

@@ -65,7 +65,9 @@ where
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()
         .applied_objects();
-    (reader, stream.for_each(|_| async {}))
+    // Boxed: a dozen watch streams joined inline make one future too large for a thread's
+    // stack in unoptimized builds.
+    (reader, Box::pin(stream.for_each(|_| async {})))
 }
 
 impl Stores {

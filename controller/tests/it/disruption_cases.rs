@@ -434,7 +434,10 @@ fn an_empty_node_that_holds_a_buffers_headroom_is_kept() {
     let c = run(&with_buffer(empty(), 1, "64"))
         .command
         .expect("a command");
-    assert_eq!((c.method, c.candidates), (Method::Empty, vec!["claim-a".to_string()]));
+    assert_eq!(
+        (c.method, c.candidates),
+        (Method::Empty, vec!["claim-a".to_string()])
+    );
 }
 
 #[test]
@@ -454,8 +457,16 @@ fn of_two_empty_nodes_the_one_a_buffer_does_not_need_goes() {
     let c = d.command.clone().expect("a command");
     assert_eq!(c.method, Method::Empty);
     assert_eq!(c.candidates.len(), 1, "{:?}", c.candidates);
-    let other = if c.candidates[0] == "claim-a" { "claim-b" } else { "claim-a" };
-    assert!(kept_reason(&d, other).contains("CapacityBuffer"), "{:?}", d.kept);
+    let other = if c.candidates[0] == "claim-a" {
+        "claim-b"
+    } else {
+        "claim-a"
+    };
+    assert!(
+        kept_reason(&d, other).contains("CapacityBuffer"),
+        "{:?}",
+        d.kept
+    );
 }
 
 #[test]
@@ -469,5 +480,9 @@ fn consolidation_keeps_room_for_the_buffers_headroom() {
     );
     let d = run(&with_buffer(snap, 1, "4"));
     assert!(d.command.is_none(), "{:?}", d.command);
-    assert!(kept_reason(&d, "claim-a").contains("cheaper"), "{:?}", d.kept);
+    assert!(
+        kept_reason(&d, "claim-a").contains("cheaper"),
+        "{:?}",
+        d.kept
+    );
 }

@@ -14,9 +14,9 @@ use super::price::{claim_price, worst_price};
 use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
+use crate::core::buffer::{self, buffer_name};
 use crate::core::drain::with_disrupted_taint;
 use crate::core::scheduling::{solve, CapacityType, InstanceType, Plan, PodKey, Requirement};
-use crate::core::buffer::{self, buffer_name};
 use crate::core::state::{build, registered_nodes};
 
 /// Multi-node consolidation looks at no more candidates than this, for no longer than that.
