@@ -222,8 +222,45 @@ mod tests {
         assert_eq!(general.memory, 16 << 30);
         // 50 % of 3 rounds up to 2; one is already going.
         assert_eq!(general.disruptable_now["underutilized"], 1);
+        assert!(s.capacity_buffers.is_empty());
         let frozen = &s.nodepools[1];
         assert_eq!(frozen.disruptable_now["empty"], 0);
         assert!((s.cost_per_hour - 0.288).abs() < 1e-9);
+    }
+
+    #[test]
+    fn each_buffer_with_its_chunks_and_whether_the_headroom_exists() {
+        let node = |cpu: &str| -> Arc<k8s_openapi::api::core::v1::Node> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1"},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}}))
+                .unwrap(),
+            )
+        };
+        let mut snap = Snapshot::default();
+        snap.buffers.buffers = vec![Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+                "metadata": {"name": "warm", "namespace": "team"},
+                "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": 2}}))
+            .unwrap(),
+        )];
+        snap.buffers.pod_templates = vec![Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "chunk", "namespace": "team"},
+                "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}))
+            .unwrap(),
+        )];
+        snap.nodes = vec![node("1500m")];
+        let s = summarize(&snap, &TypesOfClass::new(), Timestamp::now());
+        let json = serde_json::to_value(&s.capacity_buffers).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([{"namespace": "team", "name": "warm", "replicas": 2, "ready": 1, "satisfied": false}])
+        );
+        snap.nodes = vec![node("2")];
+        let s = summarize(&snap, &TypesOfClass::new(), Timestamp::now());
+        assert!(s.capacity_buffers[0].satisfied);
     }
 }
