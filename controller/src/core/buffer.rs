@@ -259,14 +259,14 @@ pub fn virtual_pods(resolved: &Resolved, created: Option<&ObjectMeta>) -> Vec<Po
         .collect()
 }
 
+/// A resolved buffer with its placeholders as the solver sees them.
+pub type Placeholders = (Resolved, Vec<SchedPod>);
+/// A buffer that does not resolve, and why.
+pub type Unresolved = (Arc<CapacityBuffer>, BufferError);
+
 /// Every buffer that resolves, with its placeholders as the solver sees them; and the
 /// buffers that do not, with why.
-pub fn resolve_all(
-    sources: &Sources,
-) -> (
-    Vec<(Resolved, Vec<SchedPod>)>,
-    Vec<(Arc<CapacityBuffer>, BufferError)>,
-) {
+pub fn resolve_all(sources: &Sources) -> (Vec<Placeholders>, Vec<Unresolved>) {
     let mut ok = Vec::new();
     let mut failed = Vec::new();
     for buffer in &sources.buffers {

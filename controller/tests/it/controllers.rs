@@ -889,7 +889,7 @@ async fn a_buffer_keeps_a_warm_node() {
     // Empty, with consolidateAfter 0s and a disruption pass every second: kept all the same.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let names: Vec<String> = s.claims().await.iter().map(|c| c.name_any()).collect();
-    assert_eq!(names, [warm.clone()], "the warm node stays");
+    assert_eq!(names, std::slice::from_ref(&warm), "the warm node stays");
     assert_eq!(s.sim.instances().len(), 1, "and nothing else was launched");
 
     // A real pod lands on the warm node at once; the buffer then keeps room on a new one.
