@@ -11,13 +11,14 @@ use anyhow::{Context as _, Result};
 use jointer_controller::api::ec2nodeclass::EC2NodeClass;
 use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodeclaim::NodeClaim;
-use jointer_controller::api::{NodeOverlay, NodePool};
+use jointer_controller::api::{CapacityBuffer, NodeOverlay, NodePool};
 use jointer_controller::cloud::aws::{describe_cluster, AwsCloud};
+use jointer_controller::core::buffer;
 use jointer_controller::core::scheduling::InstanceType;
 use jointer_controller::core::state::Snapshot;
 use jointer_controller::metrics::Metrics;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -71,6 +72,32 @@ where
     }
 }
 
+/// CapacityBuffers and what they name; none when the CapacityBuffer CRD is not installed.
+pub async fn buffer_sources(kube: &kube::Client) -> Result<buffer::Sources> {
+    let buffers = match list_all::<CapacityBuffer>(kube).await {
+        Ok(b) => b,
+        Err(e) if is_not_found(&e) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    if buffers.is_empty() {
+        return Ok(buffer::Sources::default());
+    }
+    Ok(buffer::Sources {
+        buffers,
+        pod_templates: list_all::<PodTemplate>(kube).await?,
+        deployments: list_all::<Deployment>(kube).await?,
+        replicasets: list_all::<ReplicaSet>(kube).await?,
+        statefulsets: list_all::<StatefulSet>(kube).await?,
+    })
+}
+
+/// A list that failed because the kind is not served (its CRD is missing).
+fn is_not_found(e: &anyhow::Error) -> bool {
+    e.chain().any(
+        |c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(r)) if r.code == 404),
+    )
+}
+
 pub type TypesOfClass = HashMap<String, Vec<Arc<InstanceType>>>;
 
 /// The EKS cluster the live reads are about.
@@ -91,6 +118,7 @@ pub async fn cluster_state(kube: &kube::Client, eks: Eks<'_>) -> Result<(Snapsho
         daemonsets: list_all::<DaemonSet>(kube).await?,
         pdbs: list_all::<PodDisruptionBudget>(kube).await?,
         nodeoverlays: list_optional::<NodeOverlay>(kube).await?,
+        buffers: buffer_sources(kube).await?,
     };
     let config = jointer_controller::clients::aws_config(Some(eks.region)).await;
     let metrics = Arc::new(Metrics::new());

@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// Every CRD with the file name it is committed under in `manifests/crds/`.
 pub fn all() -> Vec<(String, CustomResourceDefinition)> {
@@ -12,6 +12,7 @@ pub fn all() -> Vec<(String, CustomResourceDefinition)> {
         NodeClaim::crd(),
         EC2NodeClass::crd(),
         NodeOverlay::crd(),
+        CapacityBuffer::crd(),
     ]
     .into_iter()
     .map(|crd| {

@@ -1,6 +1,7 @@
 //! `jointer status`: what each NodePool runs now and costs per hour, how many of its nodes the
 //! disruption budgets let go right now, and whether each EC2NodeClass is Ready — from the
-//! cluster's objects and the region's prices, the same ones the controller decides with.
+//! cluster's objects and the region's prices, the same ones the controller decides with; and
+//! each CapacityBuffer with its chunks and whether its headroom exists now.
 
 use std::collections::BTreeMap;
 
@@ -8,10 +9,11 @@ use anyhow::Result;
 use jointer_controller::api::conditions::class_not_ready;
 use jointer_controller::api::labels::NODEPOOL;
 use jointer_controller::api::nodepool::DisruptionReason;
+use jointer_controller::core::buffer_status::{states, BufferSummary};
 use jointer_controller::core::disruption::budget;
 use jointer_controller::core::disruption::claim_price;
 use jointer_controller::core::nodeclaim::launched_capacity;
-use jointer_controller::core::state::{types_of_pools, Snapshot};
+use jointer_controller::core::state::{registered_nodes, types_of_pools, Snapshot};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -54,6 +56,8 @@ pub struct ClassStatus {
 pub struct Status {
     pub nodepools: Vec<PoolStatus>,
     pub node_classes: Vec<ClassStatus>,
+    /// CapacityBuffers: chunks, how many have room now, satisfied.
+    pub capacity_buffers: Vec<BufferSummary>,
     pub cost_per_hour: f64,
 }
 
@@ -115,9 +119,14 @@ pub fn summarize(snap: &Snapshot, types: &TypesOfClass, now: Timestamp) -> Statu
         })
         .collect();
     let cost_per_hour = nodepools.iter().map(|p| p.cost_per_hour).sum();
+    let capacity_buffers = states(&snap.buffers, registered_nodes(snap))
+        .iter()
+        .map(BufferSummary::from)
+        .collect();
     Status {
         nodepools,
         node_classes,
+        capacity_buffers,
         cost_per_hour,
     }
 }
@@ -218,8 +227,45 @@ mod tests {
         assert_eq!(general.memory, 16 << 30);
         // 50 % of 3 rounds up to 2; one is already going.
         assert_eq!(general.disruptable_now["underutilized"], 1);
+        assert!(s.capacity_buffers.is_empty());
         let frozen = &s.nodepools[1];
         assert_eq!(frozen.disruptable_now["empty"], 0);
         assert!((s.cost_per_hour - 0.288).abs() < 1e-9);
+    }
+
+    #[test]
+    fn each_buffer_with_its_chunks_and_whether_the_headroom_exists() {
+        let node = |cpu: &str| -> Arc<k8s_openapi::api::core::v1::Node> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1"},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}}))
+                .unwrap(),
+            )
+        };
+        let mut snap = Snapshot::default();
+        snap.buffers.buffers = vec![Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+                "metadata": {"name": "warm", "namespace": "team"},
+                "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": 2}}))
+            .unwrap(),
+        )];
+        snap.buffers.pod_templates = vec![Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "chunk", "namespace": "team"},
+                "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}))
+            .unwrap(),
+        )];
+        snap.nodes = vec![node("1500m")];
+        let s = summarize(&snap, &TypesOfClass::new(), Timestamp::now());
+        let json = serde_json::to_value(&s.capacity_buffers).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([{"namespace": "team", "name": "warm", "replicas": 2, "ready": 1, "satisfied": false}])
+        );
+        snap.nodes = vec![node("2")];
+        let s = summarize(&snap, &TypesOfClass::new(), Timestamp::now());
+        assert!(s.capacity_buffers[0].satisfied);
     }
 }

@@ -218,6 +218,28 @@ fn print_status(s: &Status) {
             Some(why) => println!("EC2NodeClass {}: not Ready: {why}", c.name),
         }
     }
+    if !s.capacity_buffers.is_empty() {
+        println!();
+        let rows: Vec<[String; 4]> = s
+            .capacity_buffers
+            .iter()
+            .map(|b| {
+                let satisfied = match (&b.error, b.satisfied) {
+                    (Some(why), _) => format!("no: {why}"),
+                    (None, true) => "yes".to_string(),
+                    (None, false) => "no: waiting for capacity".to_string(),
+                };
+                [
+                    format!("{}/{}", b.namespace, b.name),
+                    b.replicas.to_string(),
+                    b.ready.to_string(),
+                    satisfied,
+                ]
+            })
+            .collect();
+        let header = ["CAPACITYBUFFER", "REPLICAS", "WITH ROOM", "SATISFIED"].map(String::from);
+        table(header, &rows);
+    }
     let nodes: usize = s.nodepools.iter().map(|p| p.nodes).sum();
     println!(
         "Total: {nodes} node(s), ${:.4}/hour (${:.2}/month)",

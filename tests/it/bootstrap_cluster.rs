@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
+use kube::ResourceExt;
 use serde_json::{json, Value};
 
 fn nodepools(client: &kube::Client) -> Api<DynamicObject> {
@@ -414,6 +415,15 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
         ("create", "", "pods", "eviction", "default"),
         ("list", "policy", "poddisruptionbudgets", "", ""),
         ("list", "apps", "daemonsets", "", ""),
+        ("watch", "autoscaling.x-k8s.io", "capacitybuffers", "", ""),
+        (
+            "patch",
+            "autoscaling.x-k8s.io",
+            "capacitybuffers",
+            "status",
+            "",
+        ),
+        ("watch", "", "podtemplates", "", ""),
         ("list", "storage.k8s.io", "csinodes", "", ""),
         ("create", "", "events", "", "default"),
         ("update", "coordination.k8s.io", "leases", "", "kube-system"),
@@ -428,6 +438,7 @@ async fn the_controller_service_account_can_do_its_job_and_nothing_more() {
         ("delete", "apps", "deployments", "", "kube-system"),
         ("create", "", "pods", "", "default"),
         ("patch", "karpenter.sh", "nodepools", "", ""),
+        ("patch", "autoscaling.x-k8s.io", "capacitybuffers", "", ""),
         ("update", "coordination.k8s.io", "leases", "", "default"),
         (
             "create",
@@ -681,6 +692,52 @@ async fn teardown_sweeps_what_the_controller_left_on_aws() {
             .is_err(),
         "the node role went after its profile"
     );
+}
+
+/// CapacityBuffer's API group is shared with Cluster Autoscaler: its CRD installed by another
+/// tool serves the same API, so apply and drift leave it as it is instead of refusing to run.
+#[tokio::test]
+async fn a_capacitybuffer_crd_another_tool_installed_is_used_as_it_is() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("bc-buffercrd", "").await;
+    let client = testenv::kube().await;
+    s.apply();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "capacitybuffers.autoscaling.x-k8s.io";
+    let manager = |value: &'static str| {
+        let crds = crds.clone();
+        async move {
+            crds.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": value}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    manager("cluster-autoscaler").await;
+    let drift = s.jointer(&["drift"]);
+    assert_eq!(drift.code, 0, "{drift:#?}");
+    let run = s.jointer(&["apply", "--yes"]);
+    assert_eq!(run.code, 0, "{run:#?}");
+    let live = crds.get(name).await.unwrap();
+    assert_eq!(
+        live.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("cluster-autoscaler"),
+        "not taken over"
+    );
+    torn_down(&s);
+    assert!(
+        crds.get_opt(name).await.unwrap().is_some(),
+        "teardown leaves it"
+    );
+    // Jointer's again for the tests after this one.
+    manager("jointer").await;
 }
 
 #[tokio::test]

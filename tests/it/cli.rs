@@ -84,6 +84,7 @@ fn render_crds_prints_the_committed_crds() {
         "karpenter.sh_nodepools.yaml",
         "karpenter.sh_nodeclaims.yaml",
         "karpenter.k8s.aws_ec2nodeclasses.yaml",
+        "autoscaling.x-k8s.io_capacitybuffers.yaml",
     ] {
         let committed = std::fs::read_to_string(format!(
             "{}/manifests/crds/{file}",

@@ -1,10 +1,12 @@
 //! The Karpenter v1 API: `karpenter.sh/v1` NodePool and NodeClaim, `karpenter.k8s.aws/v1`
-//! EC2NodeClass, `karpenter.sh/v1alpha1` NodeOverlay, spec and status, with upstream defaults.
+//! EC2NodeClass, `karpenter.sh/v1alpha1` NodeOverlay, spec and status, with upstream defaults;
+//! and `autoscaling.x-k8s.io/v1beta1` CapacityBuffer, which Karpenter v1.15 honours.
 //!
 //! Validation rules are written once, as CEL on the types (`#[x_kube(validation = ...)]`). They
 //! land in the generated CRDs, where the API server enforces them, and [`validation`] evaluates
 //! the very same rules offline, so `jointer render` and the cluster always agree.
 
+pub mod capacitybuffer;
 pub mod conditions;
 pub mod duration;
 pub mod ec2nodeclass;
@@ -18,6 +20,7 @@ pub mod schema;
 pub mod taint;
 pub mod validation;
 
+pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use duration::{KubeDuration, NillableDuration};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference};
@@ -32,3 +35,5 @@ pub use validation::{FieldError, Validate};
 pub const CORE_GROUP: &str = "karpenter.sh";
 /// API group of EC2NodeClass.
 pub const AWS_GROUP: &str = "karpenter.k8s.aws";
+/// API group of CapacityBuffer (shared with Cluster Autoscaler).
+pub const AUTOSCALING_GROUP: &str = "autoscaling.x-k8s.io";

@@ -7,7 +7,7 @@ use kube::core::cel::{ErrorKind, ValidationErrors};
 use kube::CustomResourceExt;
 use serde::Serialize;
 
-use super::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use super::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// One problem with an object: where (`spec.template.spec.requirements[0]`) and what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -79,6 +79,12 @@ impl Validate for EC2NodeClass {
 }
 
 impl Validate for NodeOverlay {
+    fn validate(&self) -> Vec<FieldError> {
+        cel_errors(self)
+    }
+}
+
+impl Validate for CapacityBuffer {
     fn validate(&self) -> Vec<FieldError> {
         cel_errors(self)
     }

@@ -3,6 +3,7 @@
 //! Each takes the one shared [`Context`](crate::runtime::Context); none imports another, and
 //! none names a concrete cloud.
 
+pub mod buffer_status;
 pub mod disruption;
 pub mod garbage;
 pub mod interruption;

@@ -1,6 +1,8 @@
 //! The provisioner: batches pods kube-scheduler could not place (a window that closes 1 s
 //! after the last new one, at most 10 s), solves where they go with the scheduling core, and
 //! creates the NodeClaims the solution needs. Pods it cannot help get an Event saying why.
+//! CapacityBuffers' placeholder pods are pending for as long as their buffer exists: the solver
+//! fits them on free room first and launches only for the rest, which keeps headroom warm.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use kube::ResourceExt;
 
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::NodePool;
+use crate::core::buffer;
 use crate::core::nodeclaim::from_plan;
 use crate::core::scheduling::{solve, Plan, PodKey, Rejection};
 use crate::core::state::{build, pods_to_place, Built, Snapshot};
@@ -80,7 +83,13 @@ pub async fn run(ctx: Arc<Context>) {
             nodeclaims: ctx.stores.nodeclaims.state(),
             ..Default::default()
         };
-        let pending: BTreeSet<PodKey> = pods_to_place(&cheap).iter().map(|p| pod_key(p)).collect();
+        let mut pending: BTreeSet<PodKey> =
+            pods_to_place(&cheap).iter().map(|p| pod_key(p)).collect();
+        pending.extend(
+            buffer::sched_pods(&ctx.stores.buffers.sources())
+                .into_iter()
+                .map(|p| p.key),
+        );
         if pending.is_empty() {
             batch = None;
             solved = None;
@@ -166,6 +175,7 @@ async fn provision(
             nodeclaim = %name,
             nodepool = %planned.pool,
             pods = planned.pods.len(),
+            buffer_pods = planned.pods.iter().filter(|k| buffer::is_virtual(k)).count(),
             requests = %planned.requests,
             instance_types_considered = planned.instance_types.len(),
             cheapest = %choice.as_ref().map(|c| format!("{} {} {}", c.instance_type.name, c.offering.zone, c.offering.capacity_type)).unwrap_or_default(),
@@ -227,7 +237,12 @@ async fn report_unschedulable(
     events: &mut HashMap<PodKey, (String, Instant)>,
 ) {
     let mut counts: HashMap<&'static str, i64> = HashMap::new();
-    for u in &plan.unschedulable {
+    // A buffer's placeholders are no pods to tell or count: its status says it waits.
+    for u in plan
+        .unschedulable
+        .iter()
+        .filter(|u| !buffer::is_virtual(&u.pod))
+    {
         let mut parts = vec![u.message()];
         for s in &built.skipped {
             parts.push(format!("NodePool {}: {}", s.pool, s.why));

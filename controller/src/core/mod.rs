@@ -3,6 +3,8 @@
 //! come in as arguments, so each rule has a unit or case test.
 
 pub mod benchmark;
+pub mod buffer;
+pub mod buffer_status;
 pub mod catalog;
 pub mod disruption;
 pub mod drain;

@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub daemonsets: Vec<Arc<DaemonSet>>,
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     pub nodeoverlays: Vec<Arc<NodeOverlay>>,
+    /// CapacityBuffers and what they name: their chunks are placed as pending pods.
+    pub buffers: crate::core::buffer::Sources,
 }
 
 /// Each NodePool's instance types by pool name, as every decision sees them.
@@ -237,10 +239,12 @@ pub fn build(
     let (pools, skipped) = pool_inputs(snapshot, types_of_class);
     let mut existing = registered_nodes(snapshot);
     existing.extend(in_flight(snapshot, &pools));
-    let pods = pods_to_place(snapshot)
+    let mut pods: Vec<SchedPod> = pods_to_place(snapshot)
         .iter()
         .map(|p| SchedPod::from_k8s(p, None))
         .collect();
+    // Buffers' placeholders: room is kept for them as for pending pods.
+    pods.extend(crate::core::buffer::sched_pods(&snapshot.buffers));
     Built {
         problem: Problem {
             pools,
@@ -304,7 +308,7 @@ fn pool_inputs(
 }
 
 /// The Nodes pods can still land on (not cordoned, not going), with the pods bound to them.
-fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
+pub fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
     let claim_of_node: HashMap<&str, &NodeClaim> = snapshot
         .nodeclaims
         .iter()

@@ -152,6 +152,7 @@ pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future
         controllers::nodeclaim::run(ctx.clone()),
         controllers::pool_status::run(ctx.clone()),
         controllers::overlay_status::run(ctx.clone()),
+        controllers::buffer_status::run(ctx.clone()),
         controllers::pod_events::run(ctx.clone()),
         controllers::disruption::run(ctx.clone()),
         controllers::interruption::run(ctx),

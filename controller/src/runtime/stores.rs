@@ -1,12 +1,12 @@
 //! Watch-backed caches of the objects the controllers read (pods, nodes, NodeClaims,
-//! NodePools, EC2NodeClasses, NodeOverlays, DaemonSets, PodDisruptionBudgets): decisions read memory, not the
-//! API server.
+//! NodePools, EC2NodeClasses, NodeOverlays, DaemonSets, PodDisruptionBudgets; CapacityBuffers
+//! and the PodTemplates and workloads they name): decisions read memory, not the API server.
 
 use std::future::Future;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -14,8 +14,13 @@ use kube::runtime::{watcher, WatchStreamExt};
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
-use crate::api::{NodeOverlay, NodePool};
+use crate::api::{CapacityBuffer, NodeOverlay, NodePool};
+use crate::core::buffer;
 use crate::core::state::Snapshot;
+
+/// How long startup waits for the CapacityBuffer list: the CRD may not be installed (it is
+/// shared with Cluster Autoscaler), and then there are no buffers rather than no controller.
+const BUFFERS_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct Stores {
@@ -27,6 +32,29 @@ pub struct Stores {
     pub daemonsets: Store<DaemonSet>,
     pub pdbs: Store<PodDisruptionBudget>,
     pub nodeoverlays: Store<NodeOverlay>,
+    pub buffers: BufferStores,
+}
+
+/// CapacityBuffers and what they are resolved from.
+#[derive(Clone)]
+pub struct BufferStores {
+    pub buffers: Store<CapacityBuffer>,
+    pub pod_templates: Store<PodTemplate>,
+    pub deployments: Store<Deployment>,
+    pub replicasets: Store<ReplicaSet>,
+    pub statefulsets: Store<StatefulSet>,
+}
+
+impl BufferStores {
+    pub fn sources(&self) -> buffer::Sources {
+        buffer::Sources {
+            buffers: self.buffers.state(),
+            pod_templates: self.pod_templates.state(),
+            deployments: self.deployments.state(),
+            replicasets: self.replicasets.state(),
+            statefulsets: self.statefulsets.state(),
+        }
+    }
 }
 
 fn cache<K>(api: Api<K>) -> (Store<K>, impl Future<Output = ()>)
@@ -38,7 +66,9 @@ where
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()
         .applied_objects();
-    (reader, stream.for_each(|_| async {}))
+    // Boxed: a dozen watch streams joined inline make one future too large for a thread's
+    // stack in unoptimized builds.
+    (reader, Box::pin(stream.for_each(|_| async {})))
 }
 
 impl Stores {
@@ -52,8 +82,13 @@ impl Stores {
         let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()));
         let (pdbs, g) = cache(Api::<PodDisruptionBudget>::all(client.clone()));
         let (nodeoverlays, h) = cache(Api::<NodeOverlay>::all(client.clone()));
+        let (buffers, i) = cache(Api::<CapacityBuffer>::all(client.clone()));
+        let (pod_templates, j) = cache(Api::<PodTemplate>::all(client.clone()));
+        let (deployments, k) = cache(Api::<Deployment>::all(client.clone()));
+        let (replicasets, l) = cache(Api::<ReplicaSet>::all(client.clone()));
+        let (statefulsets, m) = cache(Api::<StatefulSet>::all(client.clone()));
         let run = async move {
-            tokio::join!(a, b, c, d, e, f, g, h);
+            tokio::join!(a, b, c, d, e, f, g, h, i, j, k, l, m);
         };
         (
             Stores {
@@ -65,6 +100,13 @@ impl Stores {
                 daemonsets,
                 pdbs,
                 nodeoverlays,
+                buffers: BufferStores {
+                    buffers,
+                    pod_templates,
+                    deployments,
+                    replicasets,
+                    statefulsets,
+                },
             },
             run,
         )
@@ -81,7 +123,17 @@ impl Stores {
             self.daemonsets.wait_until_ready(),
             self.pdbs.wait_until_ready(),
             self.nodeoverlays.wait_until_ready(),
+            self.buffers.pod_templates.wait_until_ready(),
+            self.buffers.deployments.wait_until_ready(),
+            self.buffers.replicasets.wait_until_ready(),
+            self.buffers.statefulsets.wait_until_ready(),
         );
+        if tokio::time::timeout(BUFFERS_READY_WAIT, self.buffers.buffers.wait_until_ready())
+            .await
+            .is_err()
+        {
+            tracing::warn!("CapacityBuffers could not be listed (is the capacitybuffers.autoscaling.x-k8s.io CRD installed?); running without buffers until they can");
+        }
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -94,6 +146,7 @@ impl Stores {
             daemonsets: self.daemonsets.state(),
             pdbs: self.pdbs.state(),
             nodeoverlays: self.nodeoverlays.state(),
+            buffers: self.buffers.sources(),
         }
     }
 }

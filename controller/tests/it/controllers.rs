@@ -899,3 +899,114 @@ async fn a_spot_interruption_replaces_the_node_and_avoids_that_capacity() {
     assert_eq!(s.queue.pending(), 0, "the message is acknowledged");
     s.finish().await;
 }
+
+fn capacitybuffers(c: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("autoscaling.x-k8s.io", "v1beta1", "CapacityBuffer"),
+        "capacitybuffers",
+    );
+    Api::namespaced_with(c.clone(), namespace, &resource)
+}
+
+/// The buffer's `Provisioning` condition status once its status says `replicas` chunks.
+async fn buffer_provisioning(s: &Scene, replicas: i64) -> Option<String> {
+    let b = capacitybuffers(&s.client, &s.name).get("warm").await.ok()?;
+    (b.data["status"]["replicas"].as_i64() == Some(replicas))
+        .then(|| condition(&b, "Provisioning"))
+        .flatten()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_buffer_keeps_a_warm_node() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-buffer",
+        json!({"disruption": {"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}}),
+        |_| {},
+    )
+    .await;
+    // One chunk of 1 CPU, shaped like the pods this scene's nodes take.
+    let templates: Api<k8s_openapi::api::core::v1::PodTemplate> =
+        Api::namespaced(s.client.clone(), &s.name);
+    templates
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "chunk"},
+                "template": {"spec": {
+                    "nodeSelector": {SCENE_LABEL: s.name},
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "1", "memory": "256Mi"}}}],
+                }},
+            }))
+            .expect("template"),
+        )
+        .await
+        .expect("create PodTemplate");
+    let buffer: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "warm", "namespace": s.name},
+        "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": 1},
+    }))
+    .expect("buffer");
+    capacitybuffers(&s.client, &s.name)
+        .create(&PostParams::default(), &buffer)
+        .await
+        .expect("create CapacityBuffer");
+
+    // With no pod pending, the buffer alone launches a node, and its status says the
+    // headroom exists once the node is there.
+    wait_for("the buffer's headroom to exist", WAIT, || async {
+        (buffer_provisioning(&s, 1).await.as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    let claims = s.claims().await;
+    assert_eq!(claims.len(), 1, "one chunk, one node");
+    let warm = claims[0].name_any();
+    let pods = s.pods().list(&ListParams::default()).await.expect("pods");
+    assert!(
+        pods.items.is_empty(),
+        "placeholders are never created as pods: {:?}",
+        pods.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
+    // Empty, with consolidateAfter 0s and a disruption pass every second: kept all the same.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let names: Vec<String> = s.claims().await.iter().map(|c| c.name_any()).collect();
+    assert_eq!(names, std::slice::from_ref(&warm), "the warm node stays");
+    assert_eq!(s.sim.instances().len(), 1, "and nothing else was launched");
+
+    // A real pod lands on the warm node at once; the buffer then keeps room on a new one.
+    s.pod("web-0", "1", json!({})).await;
+    let node = s.running("web-0").await;
+    let warm_node = nodeclaims(&s.client).get(&warm).await.expect("claim").data["status"]
+        ["nodeName"]
+        .as_str()
+        .map(str::to_string);
+    assert_eq!(Some(node), warm_node, "the pod ran on the buffer's node");
+    wait_for(
+        "the buffer's headroom to be launched again",
+        WAIT,
+        || async {
+            (s.claims().await.len() == 2
+                && buffer_provisioning(&s, 1).await.as_deref() == Some("True"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Without the buffer, its empty node is waste again and goes; the pod's node stays.
+    capacitybuffers(&s.client, &s.name)
+        .delete("warm", &DeleteParams::default())
+        .await
+        .expect("delete buffer");
+    wait_for(
+        "the buffer's node to be consolidated away",
+        WAIT,
+        || async {
+            let names: Vec<String> = s.claims().await.iter().map(|c| c.name_any()).collect();
+            (names == [warm.clone()]).then_some(())
+        },
+    )
+    .await;
+    s.finish().await;
+}

@@ -20,18 +20,22 @@ fn committed_crds_are_up_to_date() {
     );
 }
 
-/// Upstream serves NodeOverlay only as v1alpha1; every other kind as v1.
+/// Karpenter's own kinds are cluster-scoped `v1`, NodeOverlay `v1alpha1` as upstream serves
+/// it; CapacityBuffer is the autoscaling group's namespaced `v1beta1`, as Cluster Autoscaler
+/// and upstream Karpenter serve it.
 #[test]
-fn every_crd_is_served_in_upstreams_version_with_status() {
+fn every_crd_is_served_at_its_upstream_version_and_scope_with_status() {
     for (file, crd) in jointer_controller::crds::all() {
         let versions = &crd.spec.versions;
-        let expected = if crd.spec.names.kind == "NodeOverlay" {
-            "v1alpha1"
+        let (version, scope) = if crd.spec.group == jointer_controller::api::AUTOSCALING_GROUP {
+            ("v1beta1", "Namespaced")
+        } else if crd.spec.names.kind == "NodeOverlay" {
+            ("v1alpha1", "Cluster")
         } else {
-            "v1"
+            ("v1", "Cluster")
         };
         assert_eq!(versions.len(), 1, "{file}");
-        assert_eq!(versions[0].name, expected, "{file}");
+        assert_eq!(versions[0].name, version, "{file}");
         assert!(
             versions[0]
                 .subresources
@@ -40,6 +44,6 @@ fn every_crd_is_served_in_upstreams_version_with_status() {
                 .is_some(),
             "{file}"
         );
-        assert_eq!(crd.spec.scope, "Cluster", "{file}");
+        assert_eq!(crd.spec.scope, scope, "{file}");
     }
 }

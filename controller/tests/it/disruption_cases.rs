@@ -103,6 +103,7 @@ fn snapshot(pool: Value, nodes: &[(Value, Value)], pods: &[Value]) -> Snapshot {
         daemonsets: vec![],
         pdbs: vec![],
         nodeoverlays: vec![],
+        buffers: Default::default(),
     }
 }
 
@@ -524,4 +525,89 @@ fn balanced_still_deletes_empty_nodes() {
     );
     let c = run(&snap).command.expect("a command");
     assert_eq!(c.method, Method::Empty);
+}
+
+/// A CapacityBuffer of `replicas` chunks of `cpu` each, shaped by a PodTemplate.
+fn with_buffer(mut snap: Snapshot, replicas: i32, cpu: &str) -> Snapshot {
+    snap.buffers.buffers = vec![from(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "warm", "namespace": "default"},
+        "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": replicas}}))];
+    snap.buffers.pod_templates = vec![from(json!({
+        "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "chunk", "namespace": "default"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}))];
+    snap
+}
+
+#[test]
+fn an_empty_node_that_holds_a_buffers_headroom_is_kept() {
+    let empty = || {
+        snapshot(
+            pool(json!({"consolidateAfter": "30s"}), "720h"),
+            &[node("a", "small", 2, LONG_AGO, json!({}))],
+            &[],
+        )
+    };
+    let d = run(&with_buffer(empty(), 1, "1"));
+    assert!(d.command.is_none(), "{:?}", d.command);
+    assert!(
+        kept_reason(&d, "claim-a").contains("CapacityBuffer default/warm"),
+        "{:?}",
+        d.kept
+    );
+    // Headroom the cluster has no room for even now (no type is that large) holds nothing.
+    let c = run(&with_buffer(empty(), 1, "64"))
+        .command
+        .expect("a command");
+    assert_eq!(
+        (c.method, c.candidates),
+        (Method::Empty, vec!["claim-a".to_string()])
+    );
+}
+
+#[test]
+fn of_two_empty_nodes_the_one_a_buffer_does_not_need_goes() {
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
+            "720h",
+        ),
+        &[
+            node("a", "small", 2, LONG_AGO, json!({})),
+            node("b", "small", 2, LONG_AGO, json!({})),
+        ],
+        &[],
+    );
+    let d = run(&with_buffer(snap, 1, "1"));
+    let c = d.command.clone().expect("a command");
+    assert_eq!(c.method, Method::Empty);
+    assert_eq!(c.candidates.len(), 1, "{:?}", c.candidates);
+    let other = if c.candidates[0] == "claim-a" {
+        "claim-b"
+    } else {
+        "claim-a"
+    };
+    assert!(
+        kept_reason(&d, other).contains("CapacityBuffer"),
+        "{:?}",
+        d.kept
+    );
+}
+
+#[test]
+fn consolidation_keeps_room_for_the_buffers_headroom() {
+    // Alone, the 1-CPU pod would move to a small node; with 4 CPUs of headroom beside it
+    // only the big type fits both, which is not cheaper.
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "big", 8, LONG_AGO, json!({}))],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let d = run(&with_buffer(snap, 1, "4"));
+    assert!(d.command.is_none(), "{:?}", d.command);
+    assert!(
+        kept_reason(&d, "claim-a").contains("cheaper"),
+        "{:?}",
+        d.kept
+    );
 }

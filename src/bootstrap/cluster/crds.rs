@@ -1,4 +1,4 @@
-//! The CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay), server-side applied on every run: unlike
+//! The CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer), server-side applied on every run: unlike
 //! `helm upgrade`, which never touches CRDs, this upgrades their schemas in place, and the
 //! objects stored under them stay.
 
@@ -24,13 +24,25 @@ pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
         .collect()
 }
 
+/// A CRD of an API group other tools install too: CapacityBuffer's
+/// (`autoscaling.x-k8s.io`) comes with Cluster Autoscaler and upstream Karpenter as well. One
+/// another tool installed serves the same API, so it is used as it is — neither refused nor
+/// taken over — and teardown, which deletes only CRDs labelled as jointer's, leaves it.
+fn is_shared(crd: &Value) -> bool {
+    crd["spec"]["group"] == jointer_controller::api::AUTOSCALING_GROUP
+}
+
 pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     let mut plan = StepPlan::new(Step::Crds);
     let crds = desired(ctx)?;
     match goal {
         Goal::Converge => {
             for crd in crds {
-                kube_objects::converge(ctx, crd, &mut plan.changes).await?;
+                let observed = kube_objects::observe(ctx, &crd).await?;
+                if is_shared(&crd) && matches!(observed, kube_objects::Observed::Foreign { .. }) {
+                    continue;
+                }
+                plan.changes.extend(kube_objects::diff(crd, &observed)?);
             }
         }
         // Deleting a CRD deletes every object of its kind: only when asked.
@@ -57,4 +69,19 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         Goal::Remove => {}
     }
     Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_capacitybuffer_crd_is_shared_with_other_tools() {
+        let shared: Vec<String> = jointer_controller::crds::all()
+            .into_iter()
+            .filter(|(_, crd)| is_shared(&serde_json::to_value(crd).expect("CRD")))
+            .map(|(file, _)| file)
+            .collect();
+        assert_eq!(shared, ["autoscaling.x-k8s.io_capacitybuffers.yaml"]);
+    }
 }

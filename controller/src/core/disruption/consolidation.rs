@@ -15,9 +15,10 @@ use super::price::{claim_price, worst_price};
 use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
+use crate::core::buffer::{self, buffer_name};
 use crate::core::drain::with_disrupted_taint;
 use crate::core::scheduling::{solve, CapacityType, InstanceType, Plan, PodKey, Requirement};
-use crate::core::state::build;
+use crate::core::state::{build, registered_nodes};
 
 /// Multi-node consolidation looks at no more candidates than this, for no longer than that.
 const MULTI_NODE_MAX: usize = 100;
@@ -127,7 +128,14 @@ pub fn single_node(
 }
 
 /// Where the candidates' pods would go without them: the solver over the rest of the cluster.
+/// The CapacityBuffer headroom that exists now must find room too (as upstream, buffer pods
+/// are pods that need a home), so a node that holds it is not taken away; placeholders the
+/// cluster has no room for even now do not stop consolidation.
 pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
+    let headroom = buffer::housed(
+        registered_nodes(inputs.snapshot),
+        buffer::sched_pods(&inputs.snapshot.buffers),
+    );
     let mut snap = inputs.snapshot.clone();
     // Seen as going, the candidates' nodes are left out and their pods are placed again.
     let going: Vec<String> = cands.iter().map(|c| c.node.name_any()).collect();
@@ -154,9 +162,20 @@ pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String>
             name: p.name_any(),
         })
         .collect();
-    built.problem.pods.retain(|p| theirs.contains(&p.key));
+    built
+        .problem
+        .pods
+        .retain(|p| theirs.contains(&p.key) || headroom.contains(&p.key));
     let plan = solve(&built.problem);
     if let Some(u) = plan.unschedulable.first() {
+        if buffer::is_virtual(&u.pod) {
+            return Err(format!(
+                "the headroom of CapacityBuffer {}/{} would be lost: {}",
+                u.pod.namespace,
+                buffer_name(&u.pod),
+                u.message()
+            ));
+        }
         return Err(format!(
             "pod {}/{} could not move: {}",
             u.pod.namespace,
