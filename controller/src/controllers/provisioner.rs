@@ -195,21 +195,9 @@ async fn provision(
     }
 
     report_unschedulable(ctx, &plan, &built, &cloud_errors, &pods_by_key, events).await;
-    // The next decision must see what this one created, or it would plan them again.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let known: BTreeSet<String> = ctx
-            .stores
-            .nodeclaims
-            .state()
-            .iter()
-            .map(|c| c.name_any())
-            .collect();
-        if created.iter().all(|c| known.contains(c)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ctx.stores
+        .await_nodeclaims(&created, Duration::from_secs(5))
+        .await;
     Ok(())
 }
 

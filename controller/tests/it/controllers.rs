@@ -1010,3 +1010,78 @@ async fn a_buffer_keeps_a_warm_node() {
     .await;
     s.finish().await;
 }
+
+/// `kubectl scale nodepool <name> --replicas=<n>`: through the scale subresource.
+fn kubectl_scale(pool: &str, replicas: i64) {
+    let out = std::process::Command::new("kubectl")
+        .args(["scale", "nodepool", pool, &format!("--replicas={replicas}")])
+        .output()
+        .expect("run kubectl (tests/env puts it on PATH)");
+    assert!(
+        out.status.success(),
+        "kubectl scale: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_static_pool_keeps_its_replicas_and_follows_kubectl_scale() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-static",
+        json!({"replicas": 2, "disruption": {"consolidateAfter": "0s"}}),
+        |_| {},
+    )
+    .await;
+    let registered = || async {
+        s.claims()
+            .await
+            .iter()
+            .filter(|c| c.data["status"]["nodeName"].is_string())
+            .count()
+    };
+    wait_for("two static nodes, with no pod asking", WAIT, || async {
+        (registered().await == 2).then_some(())
+    })
+    .await;
+    kubectl_scale(&s.name, 3);
+    wait_for(
+        "a third node after kubectl scale --replicas=3",
+        WAIT,
+        || async { (registered().await == 3).then_some(()) },
+    )
+    .await;
+    // A pod too big for the static nodes stays pending: a static pool never grows for pods,
+    // and its empty nodes are not consolidated either.
+    s.pod("too-big", "3", json!({})).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(s.claims().await.len(), 3);
+    let pod = s.pods().get("too-big").await.expect("pod");
+    assert_eq!(
+        pod.status.and_then(|st| st.phase).as_deref(),
+        Some("Pending")
+    );
+    s.pods()
+        .delete("too-big", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    kubectl_scale(&s.name, 1);
+    wait_for(
+        "one node after kubectl scale --replicas=1",
+        WAIT,
+        || async { (s.claims().await.len() == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        s.sim.terminated().len(),
+        2,
+        "the two extra instances are terminated"
+    );
+    // The scale subresource reads the count back from status.nodes.
+    wait_for("status.nodes to say 1", WAIT, || async {
+        let pool = nodepools(&s.client).get(&s.name).await.ok()?;
+        (pool.data["status"]["nodes"] == 1).then_some(())
+    })
+    .await;
+    s.finish().await;
+}

@@ -77,6 +77,7 @@ fn pool(name: &str) -> PoolInput {
         limits: Limits::default(),
         in_use: Resources::ZERO,
         nodes_in_use: 0,
+        replicas: None,
     }
 }
 

@@ -37,6 +37,9 @@ pub struct PoolInput {
     /// Capacity of this pool's existing and in-flight nodes (counted against limits).
     pub in_use: Resources,
     pub nodes_in_use: i64,
+    /// A static pool's node count (`spec.replicas`): it is kept at that count, not
+    /// provisioned for pods.
+    pub replicas: Option<i64>,
 }
 
 /// A node that exists (or a NodeClaim in flight), with what is already on it.
