@@ -18,7 +18,7 @@ use crate::api::nodeclaim::NodeClaim;
 use crate::api::NodePool;
 use crate::core::buffer;
 use crate::core::nodeclaim::from_plan;
-use crate::core::scheduling::{solve, Plan, PodKey, Rejection};
+use crate::core::scheduling::{solve_with, Plan, PodKey, Rejection};
 use crate::core::state::{build, pods_to_place, Built, Snapshot};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::Context;
@@ -140,7 +140,7 @@ async fn provision(
     };
     let built = build(&snap, &types_of_class);
     let started = Instant::now();
-    let plan = solve(&built.problem);
+    let plan = solve_with(&built.problem, ctx.settings.policies());
     let solve_time = started.elapsed();
     ctx.metrics.solve_duration.observe(solve_time.as_secs_f64());
 

@@ -98,6 +98,7 @@ fn template_claim(pool: &PoolInput) -> Option<NodeClaimPlan> {
         instance_types: types,
         pods: Vec::new(),
         requests: pool.daemon_overhead,
+        min_values_relaxed: false,
     })
 }
 

@@ -55,6 +55,36 @@ pub struct ExistingNode {
     pub pods: Vec<SchedPod>,
 }
 
+/// What `MIN_VALUES_POLICY` and `PREFERENCE_POLICY` choose (upstream's settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policies {
+    pub min_values: MinValuesPolicy,
+    pub preferences: PreferencePolicy,
+}
+
+/// `Strict`: a NodeClaim that cannot offer `minValues` distinct values is not made.
+/// `BestEffort`: it is made with as many as there are, and says so
+/// (`karpenter.sh/nodeclaim-min-values-relaxed`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MinValuesPolicy {
+    #[default]
+    #[value(name = "Strict")]
+    Strict,
+    #[value(name = "BestEffort")]
+    BestEffort,
+}
+
+/// `Respect`: preferences (preferred affinities, ScheduleAnyway spreads) are tried first
+/// and relaxed only when they cannot be met. `Ignore`: they are not considered at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreferencePolicy {
+    #[default]
+    #[value(name = "Respect")]
+    Respect,
+    #[value(name = "Ignore")]
+    Ignore,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Problem {
     pub pools: Vec<PoolInput>,
@@ -73,6 +103,8 @@ pub struct NodeClaimPlan {
     pub pods: Vec<PodKey>,
     /// Pods plus DaemonSet overhead.
     pub requests: Resources,
+    /// `MIN_VALUES_POLICY=BestEffort` lowered a `minValues` to what the types could offer.
+    pub min_values_relaxed: bool,
 }
 
 /// What would be bought: a type and an offering.
