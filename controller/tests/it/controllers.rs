@@ -1089,3 +1089,89 @@ async fn a_static_pool_keeps_its_replicas_and_follows_kubectl_scale() {
     .await;
     s.finish().await;
 }
+
+/// `consolidationPolicy: Balanced` end to end: a replacement that saves a tenth of the pool's
+/// cost for all of its disruption is refused; once an overlay makes it save most of the cost,
+/// the same move is taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn balanced_refuses_a_low_value_move_and_takes_a_high_value_one() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-balanced",
+        json!({"disruption": {"consolidateAfter": "0s", "consolidationPolicy": "Balanced"}}),
+        |_| {},
+    )
+    .await;
+    s.pod("work", "3", json!({})).await;
+    s.running("work").await;
+    let first = s.sim.instances()[0].launched.instance_type.clone();
+    let other = if first == "m5.xlarge" {
+        "c5.xlarge"
+    } else {
+        "m5.xlarge"
+    };
+    let list = Catalog::embedded()
+        .expect("catalog")
+        .instance_types("us-east-1", &Default::default(), None)
+        .expect("types");
+    let price_of = |name: &str| {
+        list.iter()
+            .find(|t| t.name == name)
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+            })
+            .expect("an on-demand price")
+    };
+    let node_price = price_of(&first);
+    let overlay_name = format!("{}-cheaper", s.name);
+    let overlay = |price: f64| {
+        json!({
+            "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": overlay_name, "labels": {SCENE_LABEL: s.name}},
+            "spec": {"price": format!("{price:.5}"), "requirements": [
+                {"key": labels::NODEPOOL, "operator": "In", "values": [s.name]},
+                {"key": labels::INSTANCE_TYPE, "operator": "In", "values": [other]},
+            ]},
+        })
+    };
+    // 10 % cheaper: the only node of the pool, so 100 % of its disruption for 10 % of its cost.
+    create(&nodeoverlays(&s.client), overlay(node_price * 0.9)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(s.sim.instances().len(), 1, "the low-value move is refused");
+    assert_eq!(s.claims().await.len(), 1);
+    // 70 % cheaper: worth it.
+    let mut cheaper = nodeoverlays(&s.client)
+        .get(&overlay_name)
+        .await
+        .expect("overlay");
+    cheaper.data["spec"]["price"] = json!(format!("{:.5}", node_price * 0.3));
+    nodeoverlays(&s.client)
+        .replace(&overlay_name, &PostParams::default(), &cheaper)
+        .await
+        .expect("update the overlay");
+    wait_for("the high-value replacement to launch", WAIT, || async {
+        s.sim
+            .instances()
+            .iter()
+            .any(|i| i.launched.instance_type == other)
+            .then_some(())
+    })
+    .await;
+    // The replaced node goes (its bare pod is evicted with it, so nothing is left to run).
+    wait_for("the replaced node to go", WAIT, || async {
+        s.sim
+            .instances()
+            .iter()
+            .any(|i| i.launched.instance_type == first && i.state == InstanceState::Gone)
+            .then_some(())
+    })
+    .await;
+    let _ = nodeoverlays(&s.client)
+        .delete(&overlay_name, &DeleteParams::default())
+        .await;
+    s.finish().await;
+}
