@@ -14,6 +14,7 @@ mod testenv;
 mod testenv_gap;
 mod testenv_prices;
 mod testenv_world;
+mod upstream_cel;
 mod upstream_crds;
 
 #[path = "../support/mod.rs"]

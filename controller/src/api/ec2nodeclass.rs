@@ -282,6 +282,10 @@ pub struct AmiSelectorTerm {
             .message("'alias' is improperly formatted, must match the format 'family@version' (e.g. al2023@latest)"),
         validation = Rule::new("!self.contains('@') || self.split('@')[0].lowerAscii() in ['al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025']")
             .message("family is not supported, must be one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025"),
+        // Windows AMIs are published only as the newest per Kubernetes version (EKS's SSM
+        // parameters have no per-release path for them), so there is no version to pin.
+        validation = Rule::new("!self.contains('@') || !(self.split('@')[0].lowerAscii() in ['windows2019', 'windows2022', 'windows2025']) || self.split('@')[1] == 'latest'")
+            .message("windows families may only specify version 'latest' (e.g. windows2022@latest)"),
     )]
     #[schemars(length(max = 64))]
     pub alias: Option<String>,
