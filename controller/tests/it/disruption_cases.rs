@@ -800,7 +800,7 @@ fn a_pool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
     assert!(d.command.is_none(), "{:?}", d.command);
     assert!(
         kept_reason(&d, "claim-a").contains(
-            "2 of NodePool p's 5 nodes report an unhealthy condition, more than 20 % (rounded up)"
+            "2 of NodePool p's 5 nodes report an unhealthy condition, more than 20 % of them (1, rounded up): a correlated failure"
         ),
         "{:?}",
         d.kept

@@ -274,10 +274,11 @@ pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<
         let pool = c.pool.name_any();
         let why = u.describe();
         if let Some((bad, total)) = tripped.get(&pool) {
+            let most = (BREAKER_PERCENT * total).div_ceil(100);
             kept.push((
                 name,
                 format!(
-                    "unhealthy ({why}), but {bad} of NodePool {pool}'s {total} nodes report an unhealthy condition, more than {BREAKER_PERCENT} % (rounded up): a correlated failure, so the pool is not repaired"
+                    "unhealthy ({why}), but {bad} of NodePool {pool}'s {total} nodes report an unhealthy condition, more than {BREAKER_PERCENT} % of them ({most}, rounded up): a correlated failure, so the pool is not repaired"
                 ),
             ));
             continue;
