@@ -133,6 +133,8 @@ pub async fn cluster_state(kube: &kube::Client, eks: Eks<'_>) -> Result<(Snapsho
 pub struct DisruptionSettings {
     pub settle: Duration,
     pub spot_to_spot: bool,
+    pub policies: jointer_controller::core::scheduling::Policies,
+    pub timeouts: jointer_controller::core::disruption::ConsolidationTimeouts,
 }
 
 /// The settings the installed bundled controller runs with (its Deployment's env), so
@@ -161,9 +163,24 @@ pub async fn controller_settings(
         .and_then(|v| seconds(v).ok())
         .or_else(|| seconds(DEFAULT_DISRUPTION_SETTLE).ok())
         .unwrap_or_default();
+    fn parsed<T: clap::ValueEnum>(v: Option<&str>) -> Option<T> {
+        v.and_then(|v| T::from_str(v, false).ok())
+    }
+    let timeout = |name: &str, default: std::time::Duration| {
+        value(name).and_then(|v| seconds(v).ok()).unwrap_or(default)
+    };
+    let defaults = jointer_controller::core::disruption::ConsolidationTimeouts::default();
     DisruptionSettings {
         settle,
         spot_to_spot: value("SPOT_TO_SPOT_CONSOLIDATION") == Some("true"),
+        policies: jointer_controller::core::scheduling::Policies {
+            min_values: parsed(value("MIN_VALUES_POLICY")).unwrap_or_default(),
+            preferences: parsed(value("PREFERENCE_POLICY")).unwrap_or_default(),
+        },
+        timeouts: jointer_controller::core::disruption::ConsolidationTimeouts {
+            multi_node: timeout("MULTI_NODE_CONSOLIDATION_TIMEOUT", defaults.multi_node),
+            single_node: timeout("SINGLE_NODE_CONSOLIDATION_TIMEOUT", defaults.single_node),
+        },
     }
 }
 

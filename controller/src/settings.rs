@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::core::disruption::ConsolidationTimeouts;
+use crate::core::scheduling::{MinValuesPolicy, Policies, PreferencePolicy};
+
 /// `DISRUPTION_SETTLE`'s default (also what `jointer explain node` assumes without a Deployment).
 pub const DEFAULT_DISRUPTION_SETTLE: &str = "30s";
 
@@ -68,6 +71,21 @@ pub struct Settings {
     /// (upstream: 15 minutes).
     #[arg(long, env = "REGISTRATION_TIMEOUT", value_parser = seconds, default_value = "15m")]
     pub registration_timeout: Duration,
+    /// `Strict`: a NodeClaim that cannot offer a requirement's `minValues` distinct values is
+    /// not made. `BestEffort`: it is made with as many as there are, annotated
+    /// `karpenter.sh/nodeclaim-min-values-relaxed`.
+    #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
+    pub min_values_policy: MinValuesPolicy,
+    /// `Respect`: preferred affinities and ScheduleAnyway spreads are tried first and relaxed
+    /// only when they cannot be met. `Ignore`: they are not considered.
+    #[arg(long, env = "PREFERENCE_POLICY", value_enum, default_value = "Respect")]
+    pub preference_policy: PreferencePolicy,
+    /// How long multi-node consolidation searches before it settles for what it found.
+    #[arg(long, env = "MULTI_NODE_CONSOLIDATION_TIMEOUT", value_parser = seconds, default_value = "1m")]
+    pub multi_node_consolidation_timeout: Duration,
+    /// How long single-node consolidation tries candidates before it stops for this pass.
+    #[arg(long, env = "SINGLE_NODE_CONSOLIDATION_TIMEOUT", value_parser = seconds, default_value = "3m")]
+    pub single_node_consolidation_timeout: Duration,
     /// `error`, `warn`, `info`, `debug`, or a tracing filter.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -83,7 +101,71 @@ pub struct Settings {
     pub identity: Option<String>,
 }
 
+/// The settings jointer itself sets from `jointer.yaml`'s cluster and interruption fields.
+const SET_BY_JOINTER: [&str; 4] = [
+    "CLUSTER_NAME",
+    "CLUSTER_ENDPOINT",
+    "INTERRUPTION_QUEUE",
+    "AWS_REGION",
+];
+
+/// Checks user overrides of the controller's settings (environment variable → value) with
+/// the controller's own parsers, so `jointer plan` refuses what the controller would.
+pub fn check_overrides<'a>(
+    overrides: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<(), String> {
+    use clap::{Args as _, Command};
+    let command = Settings::augment_args(Command::new("run").no_binary_name(true));
+    let known: Vec<(String, String)> = command
+        .get_arguments()
+        .filter_map(|a| {
+            let env = a.get_env()?.to_str()?.to_string();
+            Some((env, a.get_long()?.to_string()))
+        })
+        .filter(|(env, _)| !SET_BY_JOINTER.contains(&env.as_str()))
+        .collect();
+    let mut argv = vec![
+        "--cluster-name".to_string(),
+        "check".to_string(),
+        "--region".to_string(),
+        "us-east-1".to_string(),
+    ];
+    for (key, value) in overrides {
+        if SET_BY_JOINTER.contains(&key.as_str()) {
+            return Err(format!(
+                "{key} is set by jointer from the cluster and interruption fields; set it there"
+            ));
+        }
+        let Some((_, long)) = known.iter().find(|(env, _)| env == key) else {
+            let names: Vec<&str> = known.iter().map(|(env, _)| env.as_str()).collect();
+            return Err(format!(
+                "{key} is not a setting of jointer-controller; known: {}",
+                names.join(", ")
+            ));
+        };
+        argv.push(format!("--{long}={value}"));
+    }
+    command
+        .try_get_matches_from(argv)
+        .map(|_| ())
+        .map_err(|e| e.render().to_string().trim().replace('\n', " "))
+}
+
 impl Settings {
+    pub fn policies(&self) -> Policies {
+        Policies {
+            min_values: self.min_values_policy,
+            preferences: self.preference_policy,
+        }
+    }
+
+    pub fn consolidation_timeouts(&self) -> ConsolidationTimeouts {
+        ConsolidationTimeouts {
+            multi_node: self.multi_node_consolidation_timeout,
+            single_node: self.single_node_consolidation_timeout,
+        }
+    }
+
     /// The namespace of the Lease: the flag, else the service account's, else kube-system.
     pub fn lease_namespace(&self) -> String {
         self.leader_election_namespace.clone().unwrap_or_else(|| {
@@ -112,5 +194,44 @@ mod tests {
         assert_eq!(seconds("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(seconds("2m"), Ok(Duration::from_secs(120)));
         assert!(seconds("ten").is_err());
+    }
+}
+
+#[cfg(test)]
+mod overrides {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn check(pairs: &[(&str, &str)]) -> Result<(), String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        check_overrides(&map)
+    }
+
+    #[test]
+    fn overrides_are_checked_by_the_controllers_own_parsers() {
+        assert_eq!(
+            check(&[
+                ("MIN_VALUES_POLICY", "BestEffort"),
+                ("PREFERENCE_POLICY", "Ignore"),
+                ("MULTI_NODE_CONSOLIDATION_TIMEOUT", "30s"),
+                ("BATCH_IDLE_DURATION", "2s"),
+            ]),
+            Ok(())
+        );
+        let bad = check(&[("MIN_VALUES_POLICY", "Loose")]).unwrap_err();
+        assert!(bad.contains("Loose") && bad.contains("BestEffort"), "{bad}");
+        let bad = check(&[("BATCH_IDLE_DURATION", "soon")]).unwrap_err();
+        assert!(bad.contains("soon"), "{bad}");
+        let unknown = check(&[("FEATURE_GATES", "x")]).unwrap_err();
+        assert!(
+            unknown.contains("FEATURE_GATES") && unknown.contains("MIN_VALUES_POLICY"),
+            "{unknown}"
+        );
+        let ours = check(&[("CLUSTER_NAME", "other")]).unwrap_err();
+        assert!(ours.contains("set by jointer"), "{ours}");
     }
 }

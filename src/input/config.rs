@@ -79,6 +79,10 @@ pub struct Controller {
     pub image: Image,
     #[serde(default)]
     pub helm: HelmChart,
+    /// The bundled controller's settings, by environment variable (`MIN_VALUES_POLICY:
+    /// BestEffort`, `BATCH_IDLE_DURATION: 2s`, …), checked with the controller's own parsers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
 }
 
 impl Controller {
@@ -109,6 +113,7 @@ impl Default for Controller {
             service_account: None,
             image: Image::default(),
             helm: HelmChart::default(),
+            settings: BTreeMap::new(),
         }
     }
 }
@@ -481,6 +486,9 @@ fn validate(config: &Config) -> Vec<(&'static str, String)> {
                 config.controller.namespace
             ),
         ));
+    }
+    if let Err(e) = jointer_controller::settings::check_overrides(&config.controller.settings) {
+        problems.push(("controller.settings", e));
     }
     if !(1..=10).contains(&config.controller.replicas) {
         problems.push((

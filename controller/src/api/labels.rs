@@ -6,6 +6,9 @@ pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 /// The capacity reservation a `reserved` node was launched into.
 pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+/// On a NodeClaim made with fewer distinct values than a `minValues` asked
+/// (`MIN_VALUES_POLICY=BestEffort`).
+pub const MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
 pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
     "karpenter.k8s.aws/capacity-reservation-interruptible";

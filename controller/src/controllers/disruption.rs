@@ -64,6 +64,8 @@ async fn decide_now(ctx: &Context) -> Option<Command> {
         now: Timestamp::now(),
         settle: ctx.settings.disruption_settle,
         spot_to_spot: ctx.settings.spot_to_spot_consolidation,
+        policies: ctx.settings.policies(),
+        timeouts: ctx.settings.consolidation_timeouts(),
     });
     for (claim, why) in &decision.kept {
         tracing::debug!(nodeclaim = %claim, reason = %why, "kept");

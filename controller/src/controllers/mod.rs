@@ -13,3 +13,4 @@ pub mod overlay_status;
 pub mod pod_events;
 pub mod pool_status;
 pub mod provisioner;
+pub mod static_pool;

@@ -18,7 +18,7 @@ use crate::api::nodeclaim::NodeClaim;
 use crate::api::NodePool;
 use crate::core::buffer;
 use crate::core::nodeclaim::from_plan;
-use crate::core::scheduling::{solve, Plan, PodKey, Rejection};
+use crate::core::scheduling::{solve_with, Plan, PodKey, Rejection};
 use crate::core::state::{build, pods_to_place, Built, Snapshot};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::Context;
@@ -140,7 +140,7 @@ async fn provision(
     };
     let built = build(&snap, &types_of_class);
     let started = Instant::now();
-    let plan = solve(&built.problem);
+    let plan = solve_with(&built.problem, ctx.settings.policies());
     let solve_time = started.elapsed();
     ctx.metrics.solve_duration.observe(solve_time.as_secs_f64());
 
@@ -195,21 +195,9 @@ async fn provision(
     }
 
     report_unschedulable(ctx, &plan, &built, &cloud_errors, &pods_by_key, events).await;
-    // The next decision must see what this one created, or it would plan them again.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let known: BTreeSet<String> = ctx
-            .stores
-            .nodeclaims
-            .state()
-            .iter()
-            .map(|c| c.name_any())
-            .collect();
-        if created.iter().all(|c| known.contains(c)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ctx.stores
+        .await_nodeclaims(&created, Duration::from_secs(5))
+        .await;
     Ok(())
 }
 

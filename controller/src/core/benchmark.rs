@@ -99,6 +99,7 @@ fn pool(name: &str, instance_types: Vec<Arc<InstanceType>>) -> PoolInput {
         limits: Default::default(),
         in_use: Resources::ZERO,
         nodes_in_use: 0,
+        replicas: None,
     }
 }
 

@@ -15,3 +15,4 @@ pub mod overlay;
 pub mod pods;
 pub mod scheduling;
 pub mod state;
+pub mod static_pool;

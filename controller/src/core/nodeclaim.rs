@@ -91,6 +91,9 @@ pub fn from_plan(plan: &NodeClaimPlan, pool: &NodePool, class: Option<&EC2NodeCl
     if let Some(class) = class {
         annotations.insert(labels::NODECLASS_HASH.into(), drift::class_hash(class));
     }
+    if plan.min_values_relaxed {
+        annotations.insert(labels::MIN_VALUES_RELAXED.into(), "true".into());
+    }
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).to_string(),
         kind: NodePool::kind(&()).to_string(),

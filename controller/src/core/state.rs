@@ -239,6 +239,8 @@ pub fn build(
     let (pools, skipped) = pool_inputs(snapshot, types_of_class);
     let mut existing = registered_nodes(snapshot);
     existing.extend(in_flight(snapshot, &pools));
+    // Pods may land on a static pool's nodes, but never make it grow.
+    let pools = pools.into_iter().filter(|p| p.replicas.is_none()).collect();
     let mut pods: Vec<SchedPod> = pods_to_place(snapshot)
         .iter()
         .map(|p| SchedPod::from_k8s(p, None))
@@ -253,6 +255,15 @@ pub fn build(
         },
         skipped,
     }
+}
+
+/// The static NodePools (`spec.replicas`) whose class is Ready, resolved like the others.
+pub fn static_pools(
+    snapshot: &Snapshot,
+    types_of_class: &HashMap<String, Vec<Arc<InstanceType>>>,
+) -> Vec<PoolInput> {
+    let (pools, _) = pool_inputs(snapshot, types_of_class);
+    pools.into_iter().filter(|p| p.replicas.is_some()).collect()
 }
 
 /// Each NodePool whose class is Ready, with what its NodeClaims already use (against its

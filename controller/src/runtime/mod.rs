@@ -151,6 +151,7 @@ pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future
         controllers::provisioner::run(ctx.clone()),
         controllers::nodeclaim::run(ctx.clone()),
         controllers::pool_status::run(ctx.clone()),
+        controllers::static_pool::run(ctx.clone()),
         controllers::overlay_status::run(ctx.clone()),
         controllers::buffer_status::run(ctx.clone()),
         controllers::pod_events::run(ctx.clone()),

@@ -136,6 +136,24 @@ impl Stores {
         }
     }
 
+    /// Waits (at most `timeout`) until the NodeClaim cache holds every one of `names`: the
+    /// next decision must see what this one created, or it would create them again.
+    pub async fn await_nodeclaims(&self, names: &[String], timeout: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            let known: std::collections::BTreeSet<String> = self
+                .nodeclaims
+                .state()
+                .iter()
+                .map(|c| kube::ResourceExt::name_any(c.as_ref()))
+                .collect();
+            if names.iter().all(|n| known.contains(n)) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             pods: self.pods.state(),

@@ -76,6 +76,10 @@ fn settings(name: &str) -> Settings {
         spot_to_spot_consolidation: false,
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(900),
+        min_values_policy: Default::default(),
+        preference_policy: Default::default(),
+        multi_node_consolidation_timeout: Duration::from_secs(60),
+        single_node_consolidation_timeout: Duration::from_secs(180),
         log_level: "info".into(),
         metrics_port: 0,
         health_port: 0,
@@ -1223,5 +1227,166 @@ async fn a_pool_with_too_many_unhealthy_nodes_is_not_repaired_until_some_recover
         "{now_on:?}"
     );
     assert_eq!(s.sim.terminated().len(), 1);
+    s.finish().await;
+}
+
+/// `kubectl scale nodepool <name> --replicas=<n>`: through the scale subresource.
+fn kubectl_scale(pool: &str, replicas: i64) {
+    let out = std::process::Command::new("kubectl")
+        .args(["scale", "nodepool", pool, &format!("--replicas={replicas}")])
+        .output()
+        .expect("run kubectl (tests/env puts it on PATH)");
+    assert!(
+        out.status.success(),
+        "kubectl scale: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_static_pool_keeps_its_replicas_and_follows_kubectl_scale() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-static",
+        json!({"replicas": 2, "disruption": {"consolidateAfter": "0s"}}),
+        |_| {},
+    )
+    .await;
+    let registered = || async {
+        s.claims()
+            .await
+            .iter()
+            .filter(|c| c.data["status"]["nodeName"].is_string())
+            .count()
+    };
+    wait_for("two static nodes, with no pod asking", WAIT, || async {
+        (registered().await == 2).then_some(())
+    })
+    .await;
+    kubectl_scale(&s.name, 3);
+    wait_for(
+        "a third node after kubectl scale --replicas=3",
+        WAIT,
+        || async { (registered().await == 3).then_some(()) },
+    )
+    .await;
+    // A pod too big for the static nodes stays pending: a static pool never grows for pods,
+    // and its empty nodes are not consolidated either.
+    s.pod("too-big", "3", json!({})).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(s.claims().await.len(), 3);
+    let pod = s.pods().get("too-big").await.expect("pod");
+    assert_eq!(
+        pod.status.and_then(|st| st.phase).as_deref(),
+        Some("Pending")
+    );
+    s.pods()
+        .delete("too-big", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    kubectl_scale(&s.name, 1);
+    wait_for(
+        "one node after kubectl scale --replicas=1",
+        WAIT,
+        || async { (s.claims().await.len() == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        s.sim.terminated().len(),
+        2,
+        "the two extra instances are terminated"
+    );
+    // The scale subresource reads the count back from status.nodes.
+    wait_for("status.nodes to say 1", WAIT, || async {
+        let pool = nodepools(&s.client).get(&s.name).await.ok()?;
+        (pool.data["status"]["nodes"] == 1).then_some(())
+    })
+    .await;
+    s.finish().await;
+}
+
+/// `consolidationPolicy: Balanced` end to end: a replacement that saves a tenth of the pool's
+/// cost for all of its disruption is refused; once an overlay makes it save most of the cost,
+/// the same move is taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn balanced_refuses_a_low_value_move_and_takes_a_high_value_one() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-balanced",
+        json!({"disruption": {"consolidateAfter": "0s", "consolidationPolicy": "Balanced"}}),
+        |_| {},
+    )
+    .await;
+    s.pod("work", "3", json!({})).await;
+    s.running("work").await;
+    let first = s.sim.instances()[0].launched.instance_type.clone();
+    let other = if first == "m5.xlarge" {
+        "c5.xlarge"
+    } else {
+        "m5.xlarge"
+    };
+    let list = Catalog::embedded()
+        .expect("catalog")
+        .instance_types("us-east-1", &Default::default(), None)
+        .expect("types");
+    let price_of = |name: &str| {
+        list.iter()
+            .find(|t| t.name == name)
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+            })
+            .expect("an on-demand price")
+    };
+    let node_price = price_of(&first);
+    let overlay_name = format!("{}-cheaper", s.name);
+    let overlay = |price: f64| {
+        json!({
+            "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": overlay_name, "labels": {SCENE_LABEL: s.name}},
+            "spec": {"price": format!("{price:.5}"), "requirements": [
+                {"key": labels::NODEPOOL, "operator": "In", "values": [s.name]},
+                {"key": labels::INSTANCE_TYPE, "operator": "In", "values": [other]},
+            ]},
+        })
+    };
+    // 10 % cheaper: the only node of the pool, so 100 % of its disruption for 10 % of its cost.
+    create(&nodeoverlays(&s.client), overlay(node_price * 0.9)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(s.sim.instances().len(), 1, "the low-value move is refused");
+    assert_eq!(s.claims().await.len(), 1);
+    // 70 % cheaper: worth it.
+    let mut cheaper = nodeoverlays(&s.client)
+        .get(&overlay_name)
+        .await
+        .expect("overlay");
+    cheaper.data["spec"]["price"] = json!(format!("{:.5}", node_price * 0.3));
+    nodeoverlays(&s.client)
+        .replace(&overlay_name, &PostParams::default(), &cheaper)
+        .await
+        .expect("update the overlay");
+    wait_for("the high-value replacement to launch", WAIT, || async {
+        s.sim
+            .instances()
+            .iter()
+            .any(|i| i.launched.instance_type == other)
+            .then_some(())
+    })
+    .await;
+    // The replaced node goes (its bare pod is evicted with it, so nothing is left to run).
+    wait_for("the replaced node to go", WAIT, || async {
+        s.sim
+            .instances()
+            .iter()
+            .any(|i| i.launched.instance_type == first && i.state == InstanceState::Gone)
+            .then_some(())
+    })
+    .await;
+    let _ = nodeoverlays(&s.client)
+        .delete(&overlay_name, &DeleteParams::default())
+        .await;
     s.finish().await;
 }

@@ -117,6 +117,8 @@ fn run(snap: &Snapshot) -> jointer_controller::core::disruption::Decision {
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,
+        policies: Default::default(),
+        timeouts: Default::default(),
     })
 }
 
@@ -413,6 +415,8 @@ fn a_spot_node_is_replaced_by_spot_only_when_allowed_and_with_enough_cheaper_typ
             now: NOW.parse::<Timestamp>().unwrap(),
             settle: Duration::from_secs(30),
             spot_to_spot,
+            policies: Default::default(),
+            timeouts: Default::default(),
         })
     };
     let off = decide_with(20, false);
@@ -443,6 +447,8 @@ fn run_over(
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,
+        policies: Default::default(),
+        timeouts: Default::default(),
     })
 }
 

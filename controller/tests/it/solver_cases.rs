@@ -77,6 +77,7 @@ fn pool(name: &str) -> PoolInput {
         limits: Limits::default(),
         in_use: Resources::ZERO,
         nodes_in_use: 0,
+        replicas: None,
     }
 }
 
@@ -548,5 +549,85 @@ fn node_taints_policy_decides_whether_tainted_pools_count_as_spread_domains() {
             .contains("topology spread on topology.kubernetes.io/zone"),
         "{}",
         plan.unschedulable[0].message()
+    );
+}
+
+#[test]
+fn min_values_best_effort_relaxes_to_what_fits_and_says_so() {
+    use jointer_controller::core::scheduling::{solve_with, MinValuesPolicy, Policies};
+    let mut p = pool("default");
+    let mut family = Requirement::any_of(["m", "c"]);
+    family.min_values = Some(2);
+    p.requirements.add(labels::INSTANCE_FAMILY, family);
+    let problem = Problem {
+        pools: vec![p],
+        existing: vec![],
+        pods: vec![pod("big", 3000, 10)],
+    };
+    let best_effort = Policies {
+        min_values: MinValuesPolicy::BestEffort,
+        ..Default::default()
+    };
+    let plan = solve_with(&problem, best_effort);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let claim = &plan.nodeclaims[0];
+    assert!(claim.min_values_relaxed);
+    assert_eq!(
+        claim
+            .requirements
+            .get(labels::INSTANCE_FAMILY)
+            .and_then(|r| r.min_values),
+        Some(1),
+        "lowered to the one family that fits"
+    );
+    // Strict (the default) still refuses it, and marks nothing.
+    let strict = solve_with(&problem, Policies::default());
+    assert_eq!(strict.unschedulable.len(), 1);
+    assert!(solved(&Problem {
+        pools: problem.pools.clone(),
+        existing: vec![],
+        pods: vec![pod("ok", 3000, 1)],
+    })
+    .nodeclaims
+    .iter()
+    .all(|c| !c.min_values_relaxed));
+}
+
+#[test]
+fn preference_policy_ignore_takes_no_preference_into_account() {
+    use jointer_controller::core::scheduling::{solve_with, Policies, PreferencePolicy};
+    let mut p = pod("prefers", 500, 1);
+    let mut prefer_c = Requirements::new();
+    prefer_c.add(labels::ZONE, Requirement::any_of(["zone-c"]));
+    p.preferred_node = vec![prefer_c];
+    let problem = Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: vec![p],
+    };
+    let respected = solve_with(&problem, Policies::default());
+    assert_eq!(
+        respected.nodeclaims[0]
+            .requirements
+            .get(labels::ZONE)
+            .and_then(|r| r.values())
+            .map(|v| v.len()),
+        Some(1),
+        "Respect pins the preferred zone"
+    );
+    let ignore = Policies {
+        preferences: PreferencePolicy::Ignore,
+        ..Default::default()
+    };
+    let ignored = solve_with(&problem, ignore);
+    assert_eq!(ignored.nodeclaims.len(), 1);
+    assert!(
+        ignored.nodeclaims[0]
+            .requirements
+            .get(labels::ZONE)
+            .and_then(|r| r.values())
+            .is_none_or(|v| v.len() > 1),
+        "Ignore leaves the zone open: {:?}",
+        ignored.nodeclaims[0].requirements.get(labels::ZONE)
     );
 }

@@ -245,6 +245,7 @@ fn make_pool(i: usize, spec: &PoolSpec) -> PoolInput {
         },
         in_use: Resources::ZERO,
         nodes_in_use: 0,
+        replicas: None,
     }
 }
 

@@ -338,3 +338,63 @@ fn overlay_requirements_follow_upstreams_rules() {
         assert_single_error(&errors, "spec.requirements[0]", needle);
     }
 }
+
+#[test]
+fn a_static_pool_takes_only_limits_nodes_and_no_weight() {
+    let ok = nodepool(&format!(
+        "  replicas: 3\n  limits: {{ nodes: 5 }}\n{POOL_TEMPLATE}      requirements: []\n"
+    ));
+    assert!(ok.validate().is_empty(), "{:#?}", ok.validate());
+    let weighted = nodepool(&format!(
+        "  replicas: 3\n  weight: 10\n{POOL_TEMPLATE}      requirements: []\n"
+    ));
+    assert_single_error(
+        &weighted.validate(),
+        "spec",
+        "weight is not supported on a static NodePool",
+    );
+    let cpu = nodepool(&format!(
+        "  replicas: 3\n  limits: {{ cpu: 100 }}\n{POOL_TEMPLATE}      requirements: []\n"
+    ));
+    assert_single_error(&cpu.validate(), "spec", "supports only limits.nodes");
+    let negative = nodepool(&format!(
+        "  replicas: -1\n{POOL_TEMPLATE}      requirements: []\n"
+    ));
+    assert!(
+        negative
+            .validate()
+            .iter()
+            .any(|e| e.message.contains("may not be negative")),
+        "{:#?}",
+        negative.validate()
+    );
+}
+
+#[test]
+fn efa_interfaces_need_the_primary_and_no_repeated_slot() {
+    let alias = "  amiSelectorTerms: [ { alias: al2023@latest } ]\n";
+    let primary = "{ networkCardIndex: 0, deviceIndex: 0, interfaceType: interface }";
+    let efa = "{ networkCardIndex: 1, deviceIndex: 1, interfaceType: efa-only }";
+    let ok = class_with(&format!(
+        "{alias}  networkInterfaces: [ {primary}, {efa} ]\n"
+    ));
+    assert!(ok.validate().is_empty(), "{:#?}", ok.validate());
+    let no_primary = class_with(&format!("{alias}  networkInterfaces: [ {efa} ]\n"));
+    assert_single_error(
+        &no_primary.validate(),
+        "spec.networkInterfaces",
+        "must include the primary interface",
+    );
+    let twice = class_with(&format!(
+        "{alias}  networkInterfaces: [ {primary}, {efa}, {efa} ]\n"
+    ));
+    assert_single_error(
+        &twice.validate(),
+        "spec.networkInterfaces",
+        "may not repeat",
+    );
+    let both = class_with(&format!(
+        "{alias}  placementGroupSelector: {{ name: a, id: pg-1 }}\n"
+    ));
+    assert_single_error(&both.validate(), "spec.placementGroupSelector", "not both");
+}

@@ -145,6 +145,15 @@ pub fn find<'a>(inputs: &Inputs<'a>) -> Found<'a> {
         if let Some(why) = drifted(claim, pool, class) {
             found.drifted.push((candidate(), why));
         }
+        // A static pool keeps exactly `replicas` nodes: emptiness and consolidation do not
+        // apply to it (drift and expiration still replace its nodes one for one).
+        if let Some(replicas) = pool.spec.replicas {
+            found.keep(
+                claim,
+                format!("its NodePool is static (replicas: {replicas}): it is not consolidated"),
+            );
+            continue;
+        }
         let NillableDuration::After(after) = pool.spec.disruption.consolidate_after else {
             found.keep(claim, "its NodePool's consolidateAfter is Never");
             continue;

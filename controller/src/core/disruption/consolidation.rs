@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::ResourceExt;
 
@@ -17,12 +16,11 @@ use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::buffer::{self, buffer_name};
 use crate::core::drain::with_disrupted_taint;
-use crate::core::scheduling::{solve, CapacityType, InstanceType, Plan, PodKey, Requirement};
+use crate::core::scheduling::{solve_with, CapacityType, InstanceType, Plan, PodKey, Requirement};
 use crate::core::state::{build, registered_nodes};
 
-/// Multi-node consolidation looks at no more candidates than this, for no longer than that.
+/// Multi-node consolidation looks at no more candidates than this.
 const MULTI_NODE_MAX: usize = 100;
-const MULTI_NODE_TIME: Duration = Duration::from_secs(60);
 
 /// A spot node is replaced by spot only when at least this many cheaper types remain, so the
 /// replacement does not chase the single cheapest (and most interrupted) pool.
@@ -98,7 +96,7 @@ pub fn multi_node(
         Err(_) => hi -= 1,
     }
     let mut best = None;
-    while lo <= hi && started.elapsed() < MULTI_NODE_TIME {
+    while lo <= hi && started.elapsed() < inputs.timeouts.multi_node {
         let mid = (lo + hi) / 2;
         match simulate(inputs, &allowed[..mid], totals) {
             Ok(command) => {
@@ -118,7 +116,18 @@ pub fn single_node(
     totals: &HashMap<String, PoolTotals>,
     kept: &mut Vec<(String, String)>,
 ) -> Option<Command> {
+    let started = std::time::Instant::now();
     for c in allowed {
+        if started.elapsed() >= inputs.timeouts.single_node {
+            kept.push((
+                c.claim.name_any(),
+                format!(
+                    "single-node consolidation ran out of time this pass (SINGLE_NODE_CONSOLIDATION_TIMEOUT {:?})",
+                    inputs.timeouts.single_node
+                ),
+            ));
+            continue;
+        }
         match simulate(inputs, &[c], totals) {
             Ok(command) => return Some(command),
             Err(why) => kept.push((c.claim.name_any(), why)),
@@ -166,7 +175,7 @@ pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String>
         .problem
         .pods
         .retain(|p| theirs.contains(&p.key) || headroom.contains(&p.key));
-    let plan = solve(&built.problem);
+    let plan = solve_with(&built.problem, inputs.policies);
     if let Some(u) = plan.unschedulable.first() {
         if buffer::is_virtual(&u.pod) {
             return Err(format!(

@@ -93,12 +93,32 @@ pub struct Inputs<'a> {
     /// what the nodes there cost.
     pub types_of_pool: &'a crate::core::state::TypesOfPool,
     pub now: Timestamp,
+    /// The scheduling policies the provisioner solves under, so a simulation agrees with it.
+    pub policies: crate::core::scheduling::Policies,
+    pub timeouts: ConsolidationTimeouts,
     /// A node initialized more recently than this is not a candidate (its pods are still
     /// arriving: it was launched for them).
     pub settle: Duration,
     /// Replace a spot node by a cheaper spot node (off by default, as upstream: a spot price is
     /// low because the pool is deep; moving to the cheapest shallow pool invites interruptions).
     pub spot_to_spot: bool,
+}
+
+/// How long each consolidation method may search in one pass (upstream: 1 and 3 minutes;
+/// `MULTI_NODE_CONSOLIDATION_TIMEOUT`, `SINGLE_NODE_CONSOLIDATION_TIMEOUT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsolidationTimeouts {
+    pub multi_node: Duration,
+    pub single_node: Duration,
+}
+
+impl Default for ConsolidationTimeouts {
+    fn default() -> Self {
+        ConsolidationTimeouts {
+            multi_node: Duration::from_secs(60),
+            single_node: Duration::from_secs(180),
+        }
+    }
 }
 
 /// How many more nodes each pool's budgets let go now, by reason.

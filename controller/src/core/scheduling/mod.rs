@@ -16,8 +16,9 @@ pub mod topology;
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{PodKey, SchedPod};
 pub use problem::{
-    ExistingNode, Limits, NodeClaimPlan, Plan, PoolInput, Problem, Rejection, Unschedulable,
+    ExistingNode, Limits, MinValuesPolicy, NodeClaimPlan, Plan, Policies, PoolInput,
+    PreferencePolicy, Problem, Rejection, Unschedulable,
 };
 pub use requirements::{Requirement, Requirements};
 pub use resources::Resources;
-pub use solver::solve;
+pub use solver::{solve, solve_with};

@@ -37,6 +37,9 @@ pub struct PoolInput {
     /// Capacity of this pool's existing and in-flight nodes (counted against limits).
     pub in_use: Resources,
     pub nodes_in_use: i64,
+    /// A static pool's node count (`spec.replicas`): it is kept at that count, not
+    /// provisioned for pods.
+    pub replicas: Option<i64>,
 }
 
 /// A node that exists (or a NodeClaim in flight), with what is already on it.
@@ -50,6 +53,36 @@ pub struct ExistingNode {
     /// Requests of the pods already bound (DaemonSets included).
     pub requested: Resources,
     pub pods: Vec<SchedPod>,
+}
+
+/// What `MIN_VALUES_POLICY` and `PREFERENCE_POLICY` choose (upstream's settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policies {
+    pub min_values: MinValuesPolicy,
+    pub preferences: PreferencePolicy,
+}
+
+/// `Strict`: a NodeClaim that cannot offer `minValues` distinct values is not made.
+/// `BestEffort`: it is made with as many as there are, and says so
+/// (`karpenter.sh/nodeclaim-min-values-relaxed`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MinValuesPolicy {
+    #[default]
+    #[value(name = "Strict")]
+    Strict,
+    #[value(name = "BestEffort")]
+    BestEffort,
+}
+
+/// `Respect`: preferences (preferred affinities, ScheduleAnyway spreads) are tried first
+/// and relaxed only when they cannot be met. `Ignore`: they are not considered at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreferencePolicy {
+    #[default]
+    #[value(name = "Respect")]
+    Respect,
+    #[value(name = "Ignore")]
+    Ignore,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -70,6 +103,8 @@ pub struct NodeClaimPlan {
     pub pods: Vec<PodKey>,
     /// Pods plus DaemonSet overhead.
     pub requests: Resources,
+    /// `MIN_VALUES_POLICY=BestEffort` lowered a `minValues` to what the types could offer.
+    pub min_values_relaxed: bool,
 }
 
 /// What would be bought: a type and an offering.

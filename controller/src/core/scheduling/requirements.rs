@@ -293,6 +293,13 @@ impl Requirements {
         self.0.is_empty()
     }
 
+    /// Lowers `key`'s `minValues` to `to` (`MIN_VALUES_POLICY=BestEffort`).
+    pub fn relax_min_values(&mut self, key: &str, to: usize) {
+        if let Some(r) = self.0.get_mut(key) {
+            r.min_values = r.min_values.map(|m| m.min(to));
+        }
+    }
+
     /// The first key on which `self` and `other` cannot both hold, if any. Keys only one side
     /// constrains are fine (see [`Requirements::compatible_with_node`] for labels a node lacks).
     pub fn conflict<'a>(

@@ -18,15 +18,20 @@ mod preferences;
 use super::instance_type::InstanceType;
 use super::pod::SchedPod;
 use super::problem::{
-    ExistingNode, NodeClaimPlan, Plan, PoolInput, Problem, Rejection, Unschedulable,
+    ExistingNode, NodeClaimPlan, Plan, Policies, PoolInput, Problem, Rejection, Unschedulable,
 };
 use super::requirements::{type_satisfies, Requirements};
 use super::resources::Resources;
 use super::topology::{ActiveTerms, DomainSource, Placement, Topology};
 
 /// Plans NodeClaims for `problem`'s pending pods.
+/// Solves under the default policies (`Strict` minValues, preferences respected).
 pub fn solve(problem: &Problem) -> Plan {
-    Solver::new(problem).run()
+    solve_with(problem, Policies::default())
+}
+
+pub fn solve_with(problem: &Problem, policies: Policies) -> Plan {
+    Solver::new(problem, policies).run()
 }
 
 /// One scheduling attempt's view of a pod: its node requirements and active preferences.
@@ -62,6 +67,7 @@ struct Candidate {
     requests: Resources,
     pods: Vec<usize>,
     ports: Vec<(String, String, i32)>,
+    min_values_relaxed: bool,
 }
 
 struct Existing<'a> {
@@ -75,12 +81,14 @@ struct Existing<'a> {
 /// What adding a pod changes on a NodeClaim.
 struct Update {
     requirements: Option<Requirements>,
+    min_values_relaxed: bool,
     types: Vec<u32>,
     placement: Placement,
 }
 
 struct Solver<'a> {
     problem: &'a Problem,
+    policies: Policies,
     /// Per (constraint signature, attempt): how many leading existing nodes and candidates
     /// are known to refuse it permanently (see [`Rejection::is_permanent`]).
     skip: HashMap<(u64, usize), (usize, usize)>,
@@ -91,7 +99,7 @@ struct Solver<'a> {
 }
 
 impl<'a> Solver<'a> {
-    fn new(problem: &'a Problem) -> Self {
+    fn new(problem: &'a Problem, policies: Policies) -> Self {
         let mut pools: Vec<PoolState> = problem
             .pools
             .iter()
@@ -203,6 +211,7 @@ impl<'a> Solver<'a> {
         let topology = Topology::new(&problem.pods, &running, universe);
         Solver {
             problem,
+            policies,
             skip: HashMap::new(),
             pools,
             existing,
@@ -265,7 +274,7 @@ impl<'a> Solver<'a> {
                 .collect();
             return Err(reasons);
         }
-        let attempts = Self::attempts(pod);
+        let attempts = Self::attempts(pod, self.policies.preferences);
         let signature = pod.constraint_signature();
         for (a, attempt) in attempts.iter().enumerate() {
             let (start_existing, start_candidates) =
@@ -449,6 +458,7 @@ impl<'a> Solver<'a> {
                     instance_types: types.into_iter().map(|(_, t)| t).collect(),
                     pods: c.pods.iter().map(|&p| pods[p].key.clone()).collect(),
                     requests: c.requests,
+                    min_values_relaxed: c.min_values_relaxed,
                 }
             })
             .collect();

@@ -10,7 +10,7 @@ use super::{Attempt, Candidate, Solver, Update};
 use crate::api::labels;
 use crate::core::scheduling::instance_type::InstanceType;
 use crate::core::scheduling::pod::{untolerated, SchedPod};
-use crate::core::scheduling::problem::{Limits, Rejection};
+use crate::core::scheduling::problem::{Limits, MinValuesPolicy, Rejection};
 use crate::core::scheduling::requirements::{Requirement, Requirements};
 use crate::core::scheduling::resources::{Resources, CPU, MEMORY};
 
@@ -213,7 +213,8 @@ impl Solver<'_> {
                 },
             });
         }
-        let reqs = merged.as_ref().unwrap_or(&c.requirements);
+        let mut min_values_relaxed = false;
+        let reqs = merged.as_ref().unwrap_or(&c.requirements).clone();
         for (key, r) in reqs.iter() {
             if let Some(needed) = r.min_values {
                 let distinct: HashSet<&String> = types
@@ -228,16 +229,23 @@ impl Solver<'_> {
                     .filter(|v| r.has(v))
                     .collect();
                 if distinct.len() < needed {
-                    return Err(Rejection::MinValues {
-                        key: key.clone(),
-                        needed,
-                        available: distinct.len(),
-                    });
+                    if self.policies.min_values == MinValuesPolicy::Strict || distinct.is_empty() {
+                        return Err(Rejection::MinValues {
+                            key: key.clone(),
+                            needed,
+                            available: distinct.len(),
+                        });
+                    }
+                    // BestEffort: as many distinct values as the types can offer.
+                    let relaxed = merged.get_or_insert_with(|| c.requirements.clone());
+                    relaxed.relax_min_values(key, distinct.len());
+                    min_values_relaxed = true;
                 }
             }
         }
         Ok(Update {
             requirements: merged,
+            min_values_relaxed,
             types,
             placement,
         })
@@ -319,6 +327,7 @@ impl Solver<'_> {
             types,
             max_allocatable,
             requests: pool.input.daemon_overhead,
+            min_values_relaxed: false,
             pods: Vec::new(),
             ports: Vec::new(),
         };
@@ -338,6 +347,7 @@ impl Solver<'_> {
         if let Some(r) = update.requirements {
             candidate.requirements = r;
         }
+        candidate.min_values_relaxed |= update.min_values_relaxed;
         candidate.types = update.types;
         candidate.max_allocatable = max_allocatable(
             candidate

@@ -4,6 +4,7 @@
 
 use super::{Attempt, Solver};
 use crate::core::scheduling::pod::SchedPod;
+use crate::core::scheduling::problem::PreferencePolicy;
 use crate::core::scheduling::requirements::Requirements;
 use crate::core::scheduling::topology::ActiveTerms;
 
@@ -12,7 +13,7 @@ impl Solver<'_> {
     /// preferred pod (anti-)affinity dropped; then preferred node terms dropped one by one
     /// (weakest first); then ScheduleAnyway spreads ignored; then each further required
     /// node-affinity term (OR) without preferences.
-    pub(super) fn attempts(pod: &SchedPod) -> Vec<Attempt> {
+    pub(super) fn attempts(pod: &SchedPod, policy: PreferencePolicy) -> Vec<Attempt> {
         let terms: Vec<Option<&Requirements>> = if pod.node_terms.is_empty() {
             vec![None]
         } else {
@@ -41,7 +42,8 @@ impl Solver<'_> {
         };
         let mut out = Vec::new();
         for (i, term) in terms.into_iter().enumerate() {
-            if i > 0 {
+            // PREFERENCE_POLICY=Ignore: the required terms alone, never a preference.
+            if i > 0 || policy == PreferencePolicy::Ignore {
                 out.push(attempt(term, 0, false, false));
                 continue;
             }
