@@ -2044,3 +2044,100 @@ async fn teardown_without_a_controller_stops_at_once_or_with_force_leaks_nothing
         .delete(&s.cluster, &DeleteParams::default())
         .await;
 }
+
+/// The v1.15 EC2NodeClass settings end to end: what the class says reaches the launch template
+/// jointer creates in (moto's) EC2 and the instance launched from it.
+#[tokio::test]
+async fn a_classs_newer_launch_settings_reach_the_launch_template_and_the_instance() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("prov-settings", "templates: { dir: nodes }").await;
+    // By name, as the class gives it (moto's CreatePlacementGroup fails, and EC2 resolves the
+    // name only at launch).
+    let group = format!("{}-pg", s.cluster);
+    write_templates(&s, "");
+    let class = s.ws.read("nodes/class.yaml")
+        + &format!(
+            "  placementGroupSelector: {{ name: {group} }}
+  ipPrefixCount: 1
+  connectionTracking: {{ tcpEstablishedTimeout: 600 }}
+  enclaveOptions: {{ enabled: false }}
+  instanceStorePolicy: RAID0
+  kubelet: {{ maxPods: 58, shutdownGracePeriod: 45s }}
+"
+        );
+    s.ws.write("nodes/class.yaml", &class);
+    s.apply();
+    let admin = testenv::kube().await;
+    let scene = Scene::start(&s, &admin, 28310).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &scene.ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &scene.ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("one", &s.cluster, 1, "500m", json!({})),
+        )
+        .await
+        .expect("deployment");
+    all_running(&pods, "app=one", 1).await;
+
+    let out = s
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{}", s.cluster))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("DescribeLaunchTemplates");
+    let template = out
+        .launch_templates()
+        .first()
+        .and_then(|t| t.launch_template_id())
+        .expect("the class's launch template")
+        .to_string();
+    let versions = s
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(&template)
+        .send()
+        .await
+        .expect("DescribeLaunchTemplateVersions");
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .expect("template data");
+    assert_eq!(
+        data.placement().and_then(|p| p.group_name()),
+        Some(group.as_str())
+    );
+    let primary = &data.network_interfaces()[0];
+    assert_eq!(primary.device_index(), Some(0));
+    assert_eq!(primary.ipv4_prefix_count(), Some(1));
+    assert!(
+        !primary.groups().is_empty(),
+        "the interface carries the security groups"
+    );
+    assert_eq!(
+        primary
+            .connection_tracking_specification()
+            .and_then(|t| t.tcp_established_timeout()),
+        Some(600)
+    );
+    assert_eq!(
+        data.enclave_options().and_then(|e| e.enabled()),
+        Some(false)
+    );
+    use base64::Engine;
+    let user_data = base64::engine::general_purpose::STANDARD
+        .decode(data.user_data().expect("user data"))
+        .expect("base64");
+    let user_data = String::from_utf8_lossy(&user_data);
+    assert!(
+        user_data.contains("shutdownGracePeriod: 45s"),
+        "{user_data}"
+    );
+    assert!(user_data.contains("strategy: RAID0"), "{user_data}");
+    scene.end().await;
+}
