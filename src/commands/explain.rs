@@ -119,11 +119,15 @@ pub async fn node(ctx: &Context, node: &str) -> Result<Explanation> {
         return Ok(Explanation {
             pod: node.to_string(),
             verdict: Verdict::Disruptable,
-            message: format!(
-                "{} now (NodeClaim {name}): {how}, saving ${:.4}/h",
-                c.method.as_str(),
-                c.saving
-            ),
+            message: match &c.why {
+                // A repair saves nothing: say which condition it answers.
+                Some(why) => format!("{} now (NodeClaim {name}): {why}; {how}", c.method.as_str()),
+                None => format!(
+                    "{} now (NodeClaim {name}): {how}, saving ${:.4}/h",
+                    c.method.as_str(),
+                    c.saving
+                ),
+            },
             reasons: vec![],
         });
     }

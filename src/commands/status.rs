@@ -61,10 +61,11 @@ pub struct Status {
     pub cost_per_hour: f64,
 }
 
-const REASONS: [(DisruptionReason, &str); 3] = [
+const REASONS: [(DisruptionReason, &str); 4] = [
     (DisruptionReason::Underutilized, "underutilized"),
     (DisruptionReason::Empty, "empty"),
     (DisruptionReason::Drifted, "drifted"),
+    (DisruptionReason::Unhealthy, "unhealthy"),
 ];
 
 /// The summary of `snap` at `now` (pure).
@@ -227,6 +228,7 @@ mod tests {
         assert_eq!(general.memory, 16 << 30);
         // 50 % of 3 rounds up to 2; one is already going.
         assert_eq!(general.disruptable_now["underutilized"], 1);
+        assert_eq!(general.disruptable_now["unhealthy"], 1);
         assert!(s.capacity_buffers.is_empty());
         let frozen = &s.nodepools[1];
         assert_eq!(frozen.disruptable_now["empty"], 0);

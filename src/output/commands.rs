@@ -192,10 +192,11 @@ fn print_status(s: &Status) {
                 gib(p.memory),
                 cost,
                 format!(
-                    "{}/{}/{}",
+                    "{}/{}/{}/{}",
                     allowed("underutilized"),
                     allowed("empty"),
-                    allowed("drifted")
+                    allowed("drifted"),
+                    allowed("unhealthy")
                 ),
             ]
         })
@@ -207,7 +208,7 @@ fn print_status(s: &Status) {
         "CPU",
         "MEMORY",
         "$/HOUR",
-        "DISRUPTABLE NOW (underutilized/empty/drifted)",
+        "DISRUPTABLE NOW (underutilized/empty/drifted/unhealthy)",
     ]
     .map(String::from);
     table(header, &rows);

@@ -32,6 +32,9 @@ pub const CAPACITY_RESERVED: &str = "reserved";
 
 /// Annotation (node or pod) that blocks voluntary disruption: `"true"` or a duration.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Annotation (Node or NodeClaim) `"true"`: node repair leaves the node alone, even unhealthy
+/// (do-not-disrupt does not stop a repair).
+pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// v1beta1-era annotations that `do-not-disrupt` replaced.
 pub const LEGACY_DO_NOT_EVICT: &str = "karpenter.sh/do-not-evict";
 pub const LEGACY_DO_NOT_CONSOLIDATE: &str = "karpenter.sh/do-not-consolidate";

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 use crate::api::conditions::{is_true, INITIALIZED};
+use crate::api::labels::TERMINATION_TIMESTAMP;
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::disruption::{decide, Command, Inputs};
 use crate::core::nodeclaim::from_plan;
@@ -92,6 +93,32 @@ async fn set_taint(ctx: &Context, claim: &NodeClaim, on: bool) -> Result<(), kub
     }
 }
 
+/// Stamps `karpenter.sh/nodeclaim-termination-timestamp` = now + `bound` just before the
+/// deletion (as upstream's repair does), so the drain ends by then even when pods are protected
+/// by do-not-disrupt or PodDisruptionBudgets; the NodeClaim controller takes the earlier of it
+/// and the NodeClaim's own `terminationGracePeriod`.
+async fn bound_drain(
+    api: &Api<NodeClaim>,
+    claim: &NodeClaim,
+    bound: Duration,
+) -> anyhow::Result<()> {
+    let at = Timestamp::now().checked_add(k8s_openapi::jiff::SignedDuration::try_from(bound)?)?;
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {TERMINATION_TIMESTAMP: at.to_string()}}});
+    match api
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let claims: Vec<NodeClaim> = ctx
@@ -166,8 +193,14 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
         }
     }
     for c in &claims {
-        let note = format!("{method}: saves ${:.4}/h", command.saving);
+        let note = match &command.why {
+            Some(why) => format!("{method}: {why}"),
+            None => format!("{method}: saves ${:.4}/h", command.saving),
+        };
         event(ctx, c, EventType::Normal, "Disrupting", note).await;
+        if let Some(bound) = command.drain_bound {
+            bound_drain(&api, c, bound).await?;
+        }
         match api.delete(&c.name_any(), &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}

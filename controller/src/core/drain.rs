@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::labels::DISRUPTED_TAINT;
+use crate::api::labels::{DISRUPTED_TAINT, TERMINATION_TIMESTAMP};
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::pods::{must_evict, pod_do_not_disrupt};
 
@@ -51,12 +51,26 @@ pub fn without_disrupted_taint(node: &Node) -> Option<Vec<Taint>> {
 }
 
 /// When a deleting NodeClaim's node must be gone: its deletion time plus the
-/// `terminationGracePeriod` it was created with; `None` drains for as long as it takes.
+/// `terminationGracePeriod` it was created with, or the `karpenter.sh/nodeclaim-termination-timestamp`
+/// already on it (a repair bounds its drain by one), whichever comes first; `None` drains for
+/// as long as it takes.
 pub fn deadline(claim: &NodeClaim) -> Option<Timestamp> {
     let deleted = claim.metadata.deletion_timestamp.as_ref()?.0;
-    let grace = claim.spec.termination_grace_period?.0;
-    let grace = k8s_openapi::jiff::SignedDuration::try_from(grace).ok()?;
-    deleted.checked_add(grace).ok()
+    let by_grace = claim
+        .spec
+        .termination_grace_period
+        .and_then(|g| k8s_openapi::jiff::SignedDuration::try_from(g.0).ok())
+        .and_then(|g| deleted.checked_add(g).ok());
+    let stamped = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TERMINATION_TIMESTAMP))
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    match (by_grace, stamped) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What the drain does with one pod on this pass.
@@ -143,6 +157,38 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    #[test]
+    fn the_deadline_is_the_earlier_of_the_grace_period_and_a_termination_timestamp_set_before() {
+        let claim = |grace: Option<&str>, stamp: Option<&str>| -> NodeClaim {
+            let mut c = serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "c", "deletionTimestamp": "2026-11-30T12:00:00Z"},
+                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "k"}}});
+            if let Some(g) = grace {
+                c["spec"]["terminationGracePeriod"] = serde_json::json!(g);
+            }
+            if let Some(s) = stamp {
+                c["metadata"]["annotations"] = serde_json::json!({TERMINATION_TIMESTAMP: s});
+            }
+            serde_json::from_value(c).expect("claim")
+        };
+        let t = |s: &str| s.parse::<Timestamp>().ok();
+        assert_eq!(deadline(&claim(None, None)), None);
+        assert_eq!(
+            deadline(&claim(Some("1h"), None)),
+            t("2026-11-30T13:00:00Z")
+        );
+        let repair = Some("2026-11-30T12:10:00Z");
+        assert_eq!(deadline(&claim(None, repair)), t("2026-11-30T12:10:00Z"));
+        assert_eq!(
+            deadline(&claim(Some("1h"), repair)),
+            t("2026-11-30T12:10:00Z")
+        );
+        assert_eq!(
+            deadline(&claim(Some("5m"), repair)),
+            t("2026-11-30T12:05:00Z")
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The controllers in-process, against the real test API server and the simulated cloud
 //! (`cloud::sim`): provisioning, the NodeClaim lifecycle (launch failure, insufficient
-//! capacity, registration timeout), the drain with a PodDisruptionBudget, consolidation and
-//! interruption, each in seconds. A joiner task plays the booting kubelet: for every instance
+//! capacity, registration timeout), the drain with a PodDisruptionBudget, consolidation,
+//! interruption and node repair (a node condition set through the status subresource), each in
+//! seconds. A joiner task plays the booting kubelet: for every instance
 //! the simulated cloud runs it creates the Node (kwok then makes it Ready and runs its pods),
 //! so kube-scheduler really binds the pods. The end-to-end suite (`tests/it/provisioning.rs` at
 //! the root) keeps what needs AWS emulation and the node-join path.
@@ -1012,6 +1013,220 @@ async fn a_buffer_keeps_a_warm_node() {
         },
     )
     .await;
+    s.finish().await;
+}
+
+/// A Deployment of `replicas` pods of `cpu` that only this scene's nodes can take (evicted
+/// pods come back, as node repair expects of its workloads).
+async fn deployment(s: &Scene, name: &str, replicas: i32, cpu: &str) {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(s.client.clone(), &s.name);
+    let d = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {SCENE_LABEL: s.name},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
+                },
+            },
+        }
+    }))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create deployment");
+}
+
+/// The nodes the Deployment's pods run on, once `count` of them run.
+async fn running_on(s: &Scene, app: &str, count: usize) -> BTreeSet<String> {
+    wait_for(
+        &format!("{count} pod(s) of {app} Running"),
+        WAIT,
+        || async {
+            let pods = s
+                .pods()
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await
+                .ok()?
+                .items;
+            let running: Vec<String> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect();
+            (running.len() == count).then(|| running.into_iter().collect())
+        },
+    )
+    .await
+}
+
+/// Sets the node's `KernelReady` condition (the EKS node monitoring agent's) through the
+/// status subresource, as having changed to `status` an hour ago. kwok keeps the conditions it
+/// does not manage; it would put `Ready` back to True.
+async fn report_kernel(s: &Scene, node: &str, status: &str) {
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let an_hour_ago =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let patch = json!({"status": {"conditions": [{"type": "KernelReady", "status": status,
+        "reason": "KernelBug", "message": "injected by the test", "lastHeartbeatTime": an_hour_ago.to_string(),
+        "lastTransitionTime": an_hour_ago.to_string()}]}});
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .expect("patch node status");
+}
+
+fn claim_of(claims: &[DynamicObject], node: &str) -> Option<String> {
+    claims
+        .iter()
+        .find(|c| c.data["status"]["nodeName"] == node)
+        .map(|c| c.name_any())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unhealthy_node_is_repaired_a_replacement_first_its_drain_bounded_despite_a_pdb() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-repair",
+        json!({"disruption": {"consolidateAfter": "Never"}}),
+        |_| {},
+    )
+    .await;
+    deployment(&s, "web", 1, "1").await;
+    let sick = running_on(&s, "web", 1).await.pop_first().expect("a node");
+    let old = claim_of(&s.claims().await, &sick).expect("the node's NodeClaim");
+    // A PDB that allows no eviction: it does not stop a repair, only the drain, for at most the
+    // condition's termination grace period (10 minutes).
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.name);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}},
+    }))
+    .expect("pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("pdb");
+    let before = k8s_openapi::jiff::Timestamp::now();
+    report_kernel(&s, &sick, "False").await;
+
+    // The old NodeClaim is deleted only once its replacement is initialized, and its drain
+    // deadline is stamped.
+    let stamp = wait_for(
+        "the unhealthy node's NodeClaim to be deleting",
+        WAIT,
+        || async {
+            let claims = s.claims().await;
+            let going = claims
+                .iter()
+                .find(|c| c.name_any() == old && c.metadata.deletion_timestamp.is_some())?;
+            let replacement = claims.iter().find(|c| c.name_any() != old);
+            assert!(
+                replacement.is_some_and(|r| condition(r, "Initialized").as_deref() == Some("True")),
+                "the replacement is initialized before the unhealthy node goes"
+            );
+            going
+                .annotations()
+                .get(labels::TERMINATION_TIMESTAMP)
+                .cloned()
+        },
+    )
+    .await;
+    let stamp: k8s_openapi::jiff::Timestamp = stamp.parse().expect("a timestamp");
+    let bound = stamp.duration_since(before).as_secs();
+    assert!(
+        (540..=660).contains(&bound),
+        "the drain is bounded by 10 minutes, not {bound} s"
+    );
+    let why = s.events(&old, "Disrupting").await;
+    assert!(
+        why.iter()
+            .any(|m| m.starts_with("Unhealthy: its condition KernelReady=False has held for")),
+        "{why:?}"
+    );
+
+    // The budget released, the pod moves to the replacement and the old node goes.
+    pdbs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete pdb");
+    wait_for("the unhealthy node's NodeClaim to go", WAIT, || async {
+        claim_of(&s.claims().await, &sick).is_none().then_some(())
+    })
+    .await;
+    let now_on = running_on(&s, "web", 1).await;
+    assert!(
+        !now_on.contains(&sick),
+        "the pod moved off the unhealthy node"
+    );
+    assert_eq!(
+        s.sim.terminated().len(),
+        1,
+        "the unhealthy instance is terminated"
+    );
+    assert_eq!(s.claims().await.len(), 1, "one replacement, no more");
+    let counted = s.metrics.encode().lines().any(|l| {
+        l.contains("disruption_commands")
+            && l.contains("reason=\"Unhealthy\"")
+            && !l.ends_with(" 0")
+    });
+    assert!(counted, "the repair is counted in disruption_commands");
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_with_too_many_unhealthy_nodes_is_not_repaired_until_some_recover() {
+    let _turn = crate::testenv::TURN.lock().await;
+    // m5.large only (2 vCPU): two pods of 1200m need two nodes.
+    let s = Scene::start(
+        "ip-breaker",
+        json!({"disruption": {"consolidateAfter": "Never"}, "template": {"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ]}}}),
+        |_| {},
+    )
+    .await;
+    deployment(&s, "batch", 2, "1200m").await;
+    let nodes = running_on(&s, "batch", 2).await;
+    assert_eq!(nodes.len(), 2, "one pod per node");
+    for n in &nodes {
+        report_kernel(&s, n, "False").await;
+    }
+    // Two of two unhealthy, more than 20 % (rounded up, one node): nothing is repaired over
+    // several decision rounds (1 s poll + 1 s validation).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(s.claims().await.len(), 2, "no replacement launched");
+    assert!(s.sim.terminated().is_empty(), "no node repaired");
+    assert!(
+        s.claims()
+            .await
+            .iter()
+            .all(|c| c.metadata.deletion_timestamp.is_none()),
+        "no NodeClaim deleted"
+    );
+
+    // One recovers: one of two is within the breaker, and the other is repaired.
+    let mut nodes = nodes.into_iter();
+    let healed = nodes.next().expect("a node");
+    let sick = nodes.next().expect("another node");
+    report_kernel(&s, &healed, "True").await;
+    wait_for("the still unhealthy node to be repaired", WAIT, || async {
+        claim_of(&s.claims().await, &sick).is_none().then_some(())
+    })
+    .await;
+    let now_on = running_on(&s, "batch", 2).await;
+    assert!(
+        now_on.contains(&healed) && !now_on.contains(&sick),
+        "{now_on:?}"
+    );
+    assert_eq!(s.sim.terminated().len(), 1);
     s.finish().await;
 }
 

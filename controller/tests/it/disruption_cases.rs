@@ -617,3 +617,198 @@ fn consolidation_keeps_room_for_the_buffers_headroom() {
         d.kept
     );
 }
+
+/// `node`, reporting `condition=status` since `since`.
+fn reporting(
+    (mut n, claim): (Value, Value),
+    condition: &str,
+    status: &str,
+    since: &str,
+) -> (Value, Value) {
+    n["status"]["conditions"] = json!([{"type": condition, "status": status, "reason": "Broken", "message": "",
+        "lastTransitionTime": since, "lastHeartbeatTime": NOW}]);
+    (n, claim)
+}
+
+#[test]
+fn an_unhealthy_node_past_its_toleration_is_replaced_first_do_not_disrupt_and_pdbs_notwithstanding()
+{
+    // KernelReady=False for 40 minutes (toleration 30); the node and its pod are annotated
+    // do-not-disrupt and a PDB allows no eviction: none of that holds a repair back.
+    let sick = reporting(
+        node(
+            "a",
+            "small",
+            2,
+            LONG_AGO,
+            json!({"karpenter.sh/do-not-disrupt": "true"}),
+        ),
+        "KernelReady",
+        "False",
+        "2026-11-30T11:20:00Z",
+    );
+    let mut p1 = pod(
+        "p1",
+        "a",
+        "1",
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+    );
+    p1["metadata"]["labels"] = json!({"app": "x"});
+    let mut snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[sick, node("b", "small", 2, LONG_AGO, json!({}))],
+        &[p1],
+    );
+    snap.pdbs = vec![from(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "maxUnavailable": 0},
+            "status": {"currentHealthy": 1, "desiredHealthy": 1, "disruptionsAllowed": 0, "expectedPods": 1}}),
+    )];
+    let c = run(&snap).command.expect("a command");
+    // Before emptiness: the empty node b waits for the next round.
+    assert_eq!(c.method, Method::Unhealthy);
+    assert_eq!(c.candidates, ["claim-a"]);
+    assert!(
+        c.replacements.is_empty(),
+        "its pod fits on b, nothing to launch"
+    );
+    assert_eq!(c.drain_bound, Some(Duration::from_secs(600)));
+    let why = c.why.expect("the condition is named");
+    assert!(
+        why.contains("KernelReady=False has held for 2400 s, past its toleration of 1800 s"),
+        "{why}"
+    );
+}
+
+#[test]
+fn an_unhealthy_node_whose_pods_need_room_gets_a_replacement_launched_first() {
+    let sick = reporting(
+        node("a", "small", 2, LONG_AGO, json!({})),
+        "Ready",
+        "Unknown",
+        "2026-11-30T11:00:00Z",
+    );
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "Never"}), "720h"),
+        &[sick],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let c = run(&snap).command.expect("a command");
+    assert_eq!(
+        (c.method, c.candidates.as_slice(), c.replacements.len()),
+        (Method::Unhealthy, ["claim-a".to_string()].as_slice(), 1)
+    );
+}
+
+#[test]
+fn a_bad_condition_is_tolerated_until_its_time_and_do_not_repair_opts_out() {
+    let pool = pool(json!({"consolidateAfter": "Never"}), "720h");
+    let young = reporting(
+        node("a", "small", 2, LONG_AGO, json!({})),
+        "Ready",
+        "False",
+        "2026-11-30T11:31:00Z",
+    );
+    let d = run(&snapshot(
+        pool.clone(),
+        &[young],
+        &[pod("p1", "a", "1", json!({}))],
+    ));
+    assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a")
+            .contains("Ready=False is tolerated for another 60 s before repair"),
+        "{:?}",
+        d.kept
+    );
+    let (n, mut claim) = reporting(
+        node("a", "small", 2, LONG_AGO, json!({})),
+        "Ready",
+        "False",
+        LONG_AGO,
+    );
+    claim["metadata"]["annotations"] = json!({"karpenter.sh/do-not-repair": "true"});
+    let d = run(&snapshot(
+        pool,
+        &[(n, claim)],
+        &[pod("p1", "a", "1", json!({}))],
+    ));
+    assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a").contains("but annotated karpenter.sh/do-not-repair"),
+        "{:?}",
+        d.kept
+    );
+}
+
+#[test]
+fn repair_waits_for_the_pools_unhealthy_budget_and_only_that_one() {
+    let sick = || {
+        reporting(
+            node("a", "small", 2, LONG_AGO, json!({})),
+            "NetworkingReady",
+            "False",
+            LONG_AGO,
+        )
+    };
+    let pods = [pod("p1", "a", "1", json!({}))];
+    let other_reasons = pool(
+        json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0", "reasons": ["Drifted", "Underutilized", "Empty"]}]}),
+        "720h",
+    );
+    let c = run(&snapshot(other_reasons, &[sick()], &pods)).command;
+    assert_eq!(c.map(|c| c.method), Some(Method::Unhealthy));
+    let closed = pool(
+        json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0", "reasons": ["Unhealthy"]}]}),
+        "720h",
+    );
+    let d = run(&snapshot(closed, &[sick()], &pods));
+    assert!(d.command.is_none());
+    assert!(
+        kept_reason(&d, "claim-a")
+            .contains("NodePool p's disruption budget for Unhealthy allows no disruption now"),
+        "{:?}",
+        d.kept
+    );
+}
+
+#[test]
+fn a_pool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
+    let pool = pool(json!({"consolidateAfter": "Never"}), "720h");
+    let sick = |name: &str, since: &str| {
+        reporting(
+            node(name, "small", 2, LONG_AGO, json!({})),
+            "StorageReady",
+            "False",
+            since,
+        )
+    };
+    let fine = |name: &str| node(name, "small", 2, LONG_AGO, json!({}));
+    // One of five: repaired.
+    let one = [
+        sick("a", LONG_AGO),
+        fine("b"),
+        fine("c"),
+        fine("d"),
+        fine("e"),
+    ];
+    let c = run(&snapshot(pool.clone(), &one, &[])).command;
+    assert_eq!(c.map(|c| c.candidates), Some(vec!["claim-a".to_string()]));
+    // Two of five, one of them still within its toleration: the breaker counts both.
+    let two = [
+        sick("a", LONG_AGO),
+        sick("b", "2026-11-30T11:59:00Z"),
+        fine("c"),
+        fine("d"),
+        fine("e"),
+    ];
+    let d = run(&snapshot(pool, &two, &[]));
+    assert!(d.command.is_none(), "{:?}", d.command);
+    assert!(
+        kept_reason(&d, "claim-a").contains(
+            "2 of NodePool p's 5 nodes report an unhealthy condition, more than 20 % of them (1, rounded up): a correlated failure"
+        ),
+        "{:?}",
+        d.kept
+    );
+}

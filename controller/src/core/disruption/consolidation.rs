@@ -252,6 +252,8 @@ fn move_for(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
             candidates: names,
             replacements: Vec::new(),
             saving: price,
+            drain_bound: None,
+            why: None,
         }),
         [one] => {
             let spot = cands.iter().any(|c| {
@@ -307,6 +309,8 @@ fn move_for(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
                 candidates: names,
                 replacements: vec![replacement],
                 saving: price - best,
+                drain_bound: None,
+                why: None,
             })
         }
         more => Err(format!("its pods would need {} new nodes", more.len())),

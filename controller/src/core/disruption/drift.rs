@@ -129,6 +129,8 @@ pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<
                     candidates: vec![name],
                     replacements: plan.nodeclaims,
                     saving: 0.0,
+                    drain_bound: None,
+                    why: None,
                 })
             }
             Err(why_not) => found

@@ -62,6 +62,8 @@ pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<
             .sum(),
         candidates: empty.iter().map(|c| c.name_any()).collect(),
         replacements: Vec::new(),
+        drain_bound: None,
+        why: None,
     })
 }
 

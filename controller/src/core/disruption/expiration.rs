@@ -26,5 +26,7 @@ pub fn command(live: &[Candidate], now: Timestamp) -> Option<Command> {
         candidates: vec![expired.claim.name_any()],
         replacements: Vec::new(),
         saving: 0.0,
+        drain_bound: None,
+        why: None,
     })
 }

@@ -1,4 +1,5 @@
 //! Which nodes to disrupt now (pure), one method at a time in upstream's order: expiration,
+//! repair (v1.15: before drift and consolidation, fixing a fault outranks a rebalance),
 //! emptiness, drift, multi-node then single-node consolidation. Each method is a module of
 //! its own over the candidates one pass finds; every node kept gets its reason (`jointer
 //! explain node`, the controller's logs).
@@ -11,6 +12,7 @@ pub mod drift;
 pub mod emptiness;
 pub mod expiration;
 pub mod price;
+pub mod repair;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +31,8 @@ pub use price::claim_price;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Expired,
+    /// Node repair: an unhealthy node replaced (budget reason `Unhealthy`).
+    Unhealthy,
     Empty,
     Drifted,
     Underutilized,
@@ -38,6 +42,7 @@ impl Method {
     pub fn as_str(&self) -> &'static str {
         match self {
             Method::Expired => "Expired",
+            Method::Unhealthy => "Unhealthy",
             Method::Empty => "Empty",
             Method::Drifted => "Drifted",
             Method::Underutilized => "Underutilized",
@@ -56,6 +61,12 @@ pub struct Command {
     pub replacements: Vec<NodeClaimPlan>,
     /// USD/hour saved at the cheapest launch.
     pub saving: f64,
+    /// The longest the candidates' drain may take (repair: the condition's termination grace
+    /// period, pods with do-not-disrupt or blocking PDBs notwithstanding); `None`: the
+    /// NodeClaim's own `terminationGracePeriod`.
+    pub drain_bound: Option<Duration>,
+    /// Why, in words, when the method's name does not say enough (repair: the condition).
+    pub why: Option<String>,
 }
 
 impl Command {
@@ -142,6 +153,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
         now: inputs.now,
     };
     let command = expiration::command(&found.live, inputs.now)
+        .or_else(|| repair::command(inputs, &mut found, &budgets))
         .or_else(|| emptiness::command(inputs, &mut found, &budgets))
         .or_else(|| drift::command(inputs, &mut found, &budgets))
         .or_else(|| {
