@@ -15,6 +15,7 @@ mod testenv_gap;
 mod testenv_prices;
 mod testenv_world;
 mod upstream_crds;
+mod upstream_examples;
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::support::testenv::{self, wait_for};
 use crate::support::Workspace;
 
-fn documents(text: &str) -> Vec<Value> {
+pub(crate) fn documents(text: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(text)
         .filter_map(|d| serde::Deserialize::deserialize(d).ok())
         .filter(|v: &Value| v.is_object())
@@ -22,7 +22,7 @@ fn documents(text: &str) -> Vec<Value> {
 }
 
 /// Replaces Karpenter's CRDs by `crds` and waits until each is Established.
-async fn install(client: &kube::Client, crds: &[Value]) {
+pub(crate) async fn install(client: &kube::Client, crds: &[Value]) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     // The other side's storage versions may differ: replace the CRDs, do not merge them.
     testenv::delete_karpenter_crds(client).await;
@@ -54,7 +54,8 @@ async fn install(client: &kube::Client, crds: &[Value]) {
     }
 }
 
-fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
+/// The API of `object`'s kind (in its namespace when it has one).
+pub(crate) fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
     let (group, version) = object["apiVersion"]
         .as_str()
         .and_then(|v| v.split_once('/'))
@@ -68,7 +69,10 @@ fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
         &kube::core::GroupVersionKind::gvk(group, version, kind),
         &plural,
     );
-    Api::all_with(client.clone(), &resource)
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
 }
 
 #[tokio::test]
@@ -110,9 +114,21 @@ async fn upstream_crds_accept_every_node_object_jointer_renders() {
             .expect("seed manifest");
         objects.extend(documents(&text));
     }
+    // The upstream-style examples are upstream's API as much as jointer's.
+    for example in ["nodepools.yaml", "ec2nodeclasses.yaml", "nodeoverlays.yaml"] {
+        let path = root.join("manifests/examples/upstream-v1.15").join(example);
+        objects.extend(documents(
+            &std::fs::read_to_string(path).expect("upstream-style example"),
+        ));
+    }
     let objects: Vec<Value> = objects
         .into_iter()
-        .filter(|o| matches!(o["kind"].as_str(), Some("NodePool" | "EC2NodeClass")))
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("NodePool" | "EC2NodeClass" | "NodeOverlay")
+            )
+        })
         .collect();
     assert!(
         objects.len() >= 4,
