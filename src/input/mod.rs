@@ -6,6 +6,7 @@
 pub mod config;
 pub mod diagnostics;
 pub mod documents;
+pub mod dropped_fields;
 pub mod field_history;
 pub mod lint;
 pub mod manifest;

@@ -679,3 +679,33 @@ fn convert_reports_the_fields_it_cannot_carry() {
         "not in any Karpenter release",
     ]);
 }
+
+#[test]
+fn simulate_refuses_a_workload_field_kubernetes_does_not_have() {
+    // k8s-openapi's types ignore unknown fields: without the check the misspelt selector
+    // would be dropped and the pod simulated as if it could go anywhere.
+    let ws = Workspace::new();
+    ws.write(
+        "app.yaml",
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: { name: app }
+spec:
+  replicas: 2
+  selector: { matchLabels: { app: app } }
+  template:
+    metadata: { labels: { app: app } }
+    spec:
+      nodeSelektor: { kubernetes.io/arch: arm64 }
+      containers:
+        - { name: app, image: x, resources: { requests: { cpu: 500m } } }
+",
+    );
+    ws.jointer(&["simulate", "--workload", "app.yaml"])
+        .refused(&[
+            "app.yaml:10:7:",
+            "spec.template.spec.nodeSelektor:",
+            "unknown field `nodeSelektor`",
+            "Deployment",
+        ]);
+}
