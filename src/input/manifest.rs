@@ -144,6 +144,14 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
                 .field(&stream.map, doc, "apiVersion")
                 .into())
         }
+        (Some("autoscaling.x-k8s.io/v1beta1"), Some("CapacityBuffer")) => {
+            // Its fields were checked above; what it keeps warm depends on the cluster's
+            // workloads, which render and simulate do not model.
+            return Err(Diagnostic::error(&stream.file, "CapacityBuffers are not read here (simulate does not model buffers yet): apply them to the cluster, where the controller keeps their headroom")
+                .field(&stream.map, doc, "kind")
+                .object(format!("CapacityBuffer/{}", name_of(value)))
+                .into());
+        }
         (api, kind) => {
             return Err(Diagnostic::error(
                 &stream.file,
