@@ -69,6 +69,30 @@ pub const KNOWN_ELSEWHERE: &[KnownField] = &[
         "not an EC2NodeClass field: v1 says spec.instanceProfile (or spec.role, for which Karpenter manages the profile)"),
 ];
 
+/// A value a Karpenter release took at a field that v1 no longer does.
+pub struct KnownValue {
+    pub kind: &'static str,
+    /// A field path without arrays, e.g. `spec.disruption.consolidationPolicy`.
+    pub path: &'static str,
+    pub value: &'static str,
+    pub note: &'static str,
+}
+
+pub const KNOWN_VALUES: &[KnownValue] = &[KnownValue {
+    kind: "NodePool",
+    path: "spec.disruption.consolidationPolicy",
+    value: "WhenUnderutilized",
+    note: "`WhenUnderutilized` was removed in Karpenter v1.0 (a v1beta1 value): v1 says WhenEmptyOrUnderutilized (or Balanced, v1.15); `jointer convert` renames it",
+}];
+
+/// What is known about a value a document gives `kind`'s field at `path`, if anything.
+pub fn value_history(kind: &str, path: &str, value: &str) -> Option<&'static str> {
+    KNOWN_VALUES
+        .iter()
+        .find(|v| v.kind == kind && v.path == path && v.value == value)
+        .map(|v| v.note)
+}
+
 /// Where V1ALPHA5 entries point to: the v1 place of a Provisioner field that only moved.
 fn v1alpha5_move(path: &str) -> Option<&'static str> {
     Some(match path {
@@ -134,6 +158,24 @@ mod tests {
         assert!(note.contains("v1alpha5") && note.ends_with("spec.template.spec.taints"));
         assert_eq!(history("EC2NodeClass", "spec.disruption.expireAfter"), None);
         assert_eq!(history("NodePool", "spec.nothing"), None);
+    }
+
+    #[test]
+    fn known_values_are_found_only_at_their_field() {
+        let note = value_history(
+            "NodePool",
+            "spec.disruption.consolidationPolicy",
+            "WhenUnderutilized",
+        );
+        assert!(note.is_some_and(|n| n.contains("WhenEmptyOrUnderutilized")));
+        assert_eq!(
+            value_history(
+                "NodePool",
+                "spec.disruption.consolidationPolicy",
+                "WhenEmpty"
+            ),
+            None
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::diagnostics::{Diagnostic, InputErrors};
 use super::documents::YamlStream;
+use super::field_history::{value_history, KNOWN_VALUES};
 use super::unknown_fields::unknown_fields;
 use crate::api_versions::{NODECLASS_V1, NODEOVERLAY_V1ALPHA1, NODEPOOL_V1};
 
@@ -92,6 +93,29 @@ fn name_of(value: &serde_yaml::Value) -> &str {
         .unwrap_or("<unnamed>")
 }
 
+/// Values of other Karpenter releases (`WhenUnderutilized`), said with what v1 calls them
+/// rather than as a bare "unknown variant".
+fn old_values(stream: &YamlStream, doc: usize, kind: &str) -> Vec<Diagnostic> {
+    let value = &stream.documents[doc];
+    KNOWN_VALUES
+        .iter()
+        .filter(|known| known.kind == kind)
+        .filter_map(|known| {
+            let given = known
+                .path
+                .split('.')
+                .try_fold(value, |v, key| v.get(key))?
+                .as_str()?;
+            let note = value_history(kind, known.path, given)?;
+            Some(
+                Diagnostic::error(&stream.file, note)
+                    .field(&stream.map, doc, known.path)
+                    .object(format!("{kind}/{}", name_of(value))),
+            )
+        })
+        .collect()
+}
+
 /// A v1beta1 EC2NodeClass could choose its AMIs by `amiFamily` alone; v1 requires
 /// `amiSelectorTerms`. Said before typed reading, whose "missing field" would not say why.
 fn v1beta1_ami_family(stream: &YamlStream, doc: usize) -> Option<Diagnostic> {
@@ -124,6 +148,7 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
                     .object(format!("{kind}/{}", name_of(value)))
             })
             .collect();
+        problems.extend(old_values(stream, doc, kind));
         if api == NODECLASS_V1 && kind == "EC2NodeClass" {
             problems.extend(v1beta1_ami_family(stream, doc));
         }

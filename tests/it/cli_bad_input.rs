@@ -709,3 +709,17 @@ spec:
             "Deployment",
         ]);
 }
+
+#[test]
+fn a_v1beta1_value_names_its_v1_successor() {
+    let ws = Workspace::new();
+    let pool = pool_with_requirement("{ key: kubernetes.io/arch, operator: In, values: [amd64] }")
+        + "  disruption: { consolidationPolicy: WhenUnderutilized }\n";
+    with_templates(&ws, &[("class.yaml", CLASS), ("pool.yaml", &pool)]);
+    ws.jointer(&["render"]).refused(&[
+        "pool.yaml (rendered):10:",
+        "spec.disruption.consolidationPolicy:",
+        "removed in Karpenter v1.0",
+        "WhenEmptyOrUnderutilized",
+    ]);
+}
