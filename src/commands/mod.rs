@@ -10,4 +10,5 @@ pub mod init;
 pub mod lint;
 pub mod render;
 pub mod simulate;
+mod static_pools;
 pub mod status;

@@ -16,6 +16,7 @@ use jointer_controller::core::scheduling::{checker, solve, Plan, Problem};
 use kube::ResourceExt;
 use serde::Serialize;
 
+use super::static_pools::{self, StaticNodes};
 use crate::input::diagnostics::{Diagnostic, InputErrors};
 use crate::input::documents::{read_stream, read_text, YamlStream};
 use crate::input::manifest::{check_unique, read_objects, Located, Object};
@@ -235,11 +236,21 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
             ));
         }
     }
-    let pools: Vec<_> = pool_types
-        .iter()
-        .map(|(pool, types)| pool_input(pool, resolved.apply(pool, types), &workload.daemonsets))
-        .collect();
-    if pools.is_empty() && problems.is_empty() {
+    let mut pools = Vec::new();
+    let mut static_nodes = StaticNodes::default();
+    for (pool, types) in &pool_types {
+        let one = pool_input(pool, resolved.apply(pool, types), &workload.daemonsets);
+        // A static pool is not provisioned for pods: its nodes exist whatever the pods.
+        match pool.spec.replicas {
+            Some(replicas) => {
+                if let Err(why) = static_pools::launch(&one, replicas, &mut static_nodes) {
+                    problems.push(Diagnostic::error(&input, why));
+                }
+            }
+            None => pools.push(one),
+        }
+    }
+    if pools.is_empty() && static_nodes.plans.is_empty() && problems.is_empty() {
         problems.push(Diagnostic::error(&input, "no NodePool to simulate with"));
     }
     if !problems.is_empty() {
@@ -247,7 +258,7 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
     }
     let problem = Problem {
         pools,
-        existing: Vec::new(),
+        existing: static_nodes.existing.clone(),
         pods: workload.pods,
     };
     let plan = solve(&problem);
@@ -260,6 +271,7 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
         )
         .into());
     }
+    let plan = static_pools::with_static_nodes(&plan, &static_nodes, &problem.pods);
     Ok(report(&plan, input, region, price_source))
 }
 

@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::diagnostics::Diagnostic;
+use super::diagnostics::{Diagnostic, InputErrors};
+use super::dropped_fields::dropped;
 use super::source_map::{Location, SourceMap};
 
 /// Reads a UTF-8 text file, with errors a person can act on.
@@ -58,6 +59,36 @@ impl YamlStream {
             let field = if field == "." { String::new() } else { field };
             Diagnostic::error(&self.file, yaml_message(e.inner())).field(&self.map, doc, &field)
         })
+    }
+}
+
+impl YamlStream {
+    /// As [`YamlStream::typed`], for types that ignore fields they do not know (Kubernetes'
+    /// own): a field the type would drop is refused, located, rather than lost.
+    pub fn typed_keeping_all<T: DeserializeOwned + Serialize>(
+        &self,
+        doc: usize,
+        what: &str,
+    ) -> Result<T, InputErrors> {
+        let value: T = self.typed(doc)?;
+        let input = serde_json::to_value(&self.documents[doc]).unwrap_or_default();
+        let back = serde_json::to_value(&value).unwrap_or_default();
+        let problems: Vec<Diagnostic> = dropped(&input, &back)
+            .into_iter()
+            .map(|path| {
+                let name = path.rsplit(['.', '[']).next().unwrap_or(&path).to_string();
+                Diagnostic::error(
+                    &self.file,
+                    format!("unknown field `{name}`: not a field of a Kubernetes {what} (it would be ignored); check its spelling against the {what} API"),
+                )
+                .field(&self.map, doc, &path)
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(value)
+        } else {
+            Err(InputErrors(problems))
+        }
     }
 }
 

@@ -7,6 +7,8 @@ use serde::Serialize;
 
 use super::diagnostics::{Diagnostic, InputErrors};
 use super::documents::YamlStream;
+use super::field_history::{value_history, KNOWN_VALUES};
+use super::unknown_fields::unknown_fields;
 use crate::api_versions::{NODECLASS_V1, NODEOVERLAY_V1ALPHA1, NODEPOOL_V1};
 
 /// An object `render` and `convert` produce (and `simulate` reads; only it takes NodeOverlays).
@@ -83,9 +85,77 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Reads document `doc` of `stream` as a v1 object and validates it.
+fn name_of(value: &serde_yaml::Value) -> &str {
+    value
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(|n| n.as_str())
+        .unwrap_or("<unnamed>")
+}
+
+/// Values of other Karpenter releases (`WhenUnderutilized`), said with what v1 calls them
+/// rather than as a bare "unknown variant".
+fn old_values(stream: &YamlStream, doc: usize, kind: &str) -> Vec<Diagnostic> {
+    let value = &stream.documents[doc];
+    KNOWN_VALUES
+        .iter()
+        .filter(|known| known.kind == kind)
+        .filter_map(|known| {
+            let given = known
+                .path
+                .split('.')
+                .try_fold(value, |v, key| v.get(key))?
+                .as_str()?;
+            let note = value_history(kind, known.path, given)?;
+            Some(
+                Diagnostic::error(&stream.file, note)
+                    .field(&stream.map, doc, known.path)
+                    .object(format!("{kind}/{}", name_of(value))),
+            )
+        })
+        .collect()
+}
+
+/// A v1beta1 EC2NodeClass could choose its AMIs by `amiFamily` alone; v1 requires
+/// `amiSelectorTerms`. Said before typed reading, whose "missing field" would not say why.
+fn v1beta1_ami_family(stream: &YamlStream, doc: usize) -> Option<Diagnostic> {
+    let spec = stream.documents[doc].get("spec")?;
+    if spec.get("amiSelectorTerms").is_some() {
+        return None;
+    }
+    let family = spec.get("amiFamily")?.as_str().unwrap_or("AL2023");
+    Some(
+        Diagnostic::error(&stream.file, format!(
+            "amiSelectorTerms is required since Karpenter v1.0: a v1beta1 class could choose its AMIs by amiFamily alone; v1 says amiSelectorTerms: [{{alias: {}@latest}}] (pin a version for controlled rollouts; `jointer convert` writes it)",
+            family.to_lowercase()
+        ))
+        .field(&stream.map, doc, "spec.amiFamily")
+        .object(format!("EC2NodeClass/{}", name_of(&stream.documents[doc]))),
+    )
+}
+
+/// Reads document `doc` of `stream` as a v1 object and validates it: every field jointer
+/// does not know is reported (with where it is known from), none dropped.
 pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputErrors> {
     let value = &stream.documents[doc];
+    if let (Some(api), Some(kind)) = type_of(value) {
+        let unknown = unknown_fields(api, kind, value);
+        let mut problems: Vec<Diagnostic> = unknown
+            .into_iter()
+            .map(|u| {
+                Diagnostic::error(&stream.file, u.message)
+                    .field(&stream.map, doc, &u.path)
+                    .object(format!("{kind}/{}", name_of(value)))
+            })
+            .collect();
+        problems.extend(old_values(stream, doc, kind));
+        if api == NODECLASS_V1 && kind == "EC2NodeClass" {
+            problems.extend(v1beta1_ami_family(stream, doc));
+        }
+        if !problems.is_empty() {
+            return Err(InputErrors(problems));
+        }
+    }
     let object = match type_of(value) {
         (Some(NODEPOOL_V1), Some("NodePool")) => Object::NodePool(stream.typed(doc)?),
         (Some(NODECLASS_V1), Some("EC2NodeClass")) => {
@@ -98,6 +168,14 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
             return Err(Diagnostic::error(&stream.file, format!("{api} is not served any more: convert the file with `jointer convert`"))
                 .field(&stream.map, doc, "apiVersion")
                 .into())
+        }
+        (Some("autoscaling.x-k8s.io/v1beta1"), Some("CapacityBuffer")) => {
+            // Its fields were checked above; what it keeps warm depends on the cluster's
+            // workloads, which render and simulate do not model.
+            return Err(Diagnostic::error(&stream.file, "CapacityBuffers are not read here (simulate does not model buffers yet): apply them to the cluster, where the controller keeps their headroom")
+                .field(&stream.map, doc, "kind")
+                .object(format!("CapacityBuffer/{}", name_of(value)))
+                .into());
         }
         (api, kind) => {
             return Err(Diagnostic::error(

@@ -6,9 +6,12 @@
 pub mod config;
 pub mod diagnostics;
 pub mod documents;
+pub mod dropped_fields;
+pub mod field_history;
 pub mod lint;
 pub mod manifest;
 pub mod node_templates;
 pub mod render;
 pub mod source_map;
+pub mod unknown_fields;
 pub mod workload;

@@ -128,38 +128,38 @@ fn read_document(
     let template_path = "spec.template.spec";
     match (api_version, kind) {
         (Some("apps/v1"), Some("Deployment")) => {
-            let d: Deployment = stream.typed(doc)?;
+            let d: Deployment = stream.typed_keeping_all(doc, "Deployment")?;
             let spec = d.spec;
             check_quantities(stream, doc, template_path, spec.template.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             workload.pods.extend(replicas(&d.metadata, &spec.template, spec.replicas.unwrap_or(1)));
         }
         (Some("apps/v1"), Some("StatefulSet")) => {
-            let s: StatefulSet = stream.typed(doc)?;
+            let s: StatefulSet = stream.typed_keeping_all(doc, "StatefulSet")?;
             let spec = s.spec;
             check_quantities(stream, doc, template_path, spec.template.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             workload.pods.extend(replicas(&s.metadata, &spec.template, spec.replicas.unwrap_or(1)));
         }
         (Some("apps/v1"), Some("ReplicaSet")) => {
-            let r: ReplicaSet = stream.typed(doc)?;
+            let r: ReplicaSet = stream.typed_keeping_all(doc, "ReplicaSet")?;
             let spec = r.spec;
             let template = spec.template.unwrap_or_default();
             check_quantities(stream, doc, template_path, template.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             workload.pods.extend(replicas(&r.metadata, &template, spec.replicas.unwrap_or(1)));
         }
         (Some("batch/v1"), Some("Job")) => {
-            let j: Job = stream.typed(doc)?;
+            let j: Job = stream.typed_keeping_all(doc, "Job")?;
             let spec = j.spec.unwrap_or_default();
             check_quantities(stream, doc, template_path, spec.template.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             workload.pods.extend(replicas(&j.metadata, &spec.template, spec.parallelism.unwrap_or(1)));
         }
         (Some("v1"), Some("Pod")) => {
-            let mut p: Pod = stream.typed(doc)?;
+            let mut p: Pod = stream.typed_keeping_all(doc, "Pod")?;
             check_quantities(stream, doc, "spec", p.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             p.metadata.namespace.get_or_insert_with(|| "default".into());
             workload.pods.push(SchedPod::from_k8s(&p, None));
         }
         (Some("apps/v1"), Some("DaemonSet")) => {
-            let d: DaemonSet = stream.typed(doc)?;
+            let d: DaemonSet = stream.typed_keeping_all(doc, "DaemonSet")?;
             let spec = d.spec;
             check_quantities(stream, doc, template_path, spec.template.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             workload.daemonsets.push(pod_from_template(&d.metadata, &spec.template, 0));

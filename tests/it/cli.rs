@@ -391,3 +391,46 @@ fn bench_reports_every_figure_for_both_profiles() {
     let out: serde_json::Value = serde_json::from_str(&run.succeeded().stdout).expect("JSON");
     assert_eq!(out["nodes"], 100);
 }
+
+/// The upstream-style NodePools and EC2NodeClasses as node templates: render keeps every
+/// field (the static pool's replicas, taints' timeAdded, the untyped kubelet field, the EBS
+/// initialisation rate, …) and lint reads them.
+#[test]
+fn the_upstream_style_examples_render_and_lint() {
+    let ws = Workspace::new();
+    let dir = format!(
+        "{}/manifests/examples/upstream-v1.15",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for f in ["nodepools.yaml", "ec2nodeclasses.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{f}")).expect("example");
+        ws.write(&format!("nodes/{f}"), &text);
+    }
+    ws.write(
+        "jointer.yaml",
+        "cluster: { name: demo, region: us-east-1 }\ntemplates: { dir: nodes }\n",
+    );
+    let run = ws.jointer(&["render"]);
+    run.succeeded();
+    let (pools, classes) = v1_objects(&run.stdout);
+    assert_eq!((pools.len(), classes.len()), (2, 2), "{}", run.stdout);
+    for kept in [
+        "replicas: 2",
+        "consolidationPolicy: Balanced",
+        "- Unhealthy",
+        "timeAdded:",
+        "containerLogMaxSize: 50Mi",
+        "volumeInitializationRate: 200",
+        "instanceMatchCriteria: targeted",
+        "interfaceType: efa-only",
+        "context: cc-0123456789abcdef0",
+    ] {
+        assert!(
+            run.stdout.contains(kept),
+            "render lost {kept:?}:\n{}",
+            run.stdout
+        );
+    }
+    let lint = ws.jointer(&["lint"]);
+    assert_eq!(lint.code, 0, "{lint:#?}");
+}

@@ -526,3 +526,200 @@ fn bootstrap_commands_refuse_bad_templates_before_any_aws_call() {
             .refused(&["pool.yaml", "requirements"]);
     }
 }
+
+/// A v1 NodePool with fields of other Karpenter releases and a typo, line by line.
+const POOL_WITH_UNKNOWN_FIELDS: &str = "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: { name: default, lables: { team: a } }
+spec:
+  disruption:
+    consolidationThreshold: 0.5
+    expireAfter: 720h
+  ttlSecondsAfterEmpty: 30
+  template:
+    spec:
+      kubelet: { maxPods: 20 }
+      requirements:
+        - { key: kubernetes.io/arch, operator: In, values: [amd64], minValue: 1 }
+      nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }
+";
+
+#[test]
+fn simulate_reports_every_unknown_field_with_the_karpenter_version_it_comes_from() {
+    let ws = Workspace::new();
+    ws.write("class.yaml", CLASS);
+    ws.write("pool.yaml", POOL_WITH_UNKNOWN_FIELDS);
+    let run = ws.jointer(&[
+        "simulate",
+        "--nodepools",
+        "class.yaml",
+        "--nodepools",
+        "pool.yaml",
+    ]);
+    run.refused(&[
+        "pool.yaml:3:28:",
+        "NodePool/default metadata.lables:",
+        "unknown field `lables`",
+        "`labels`",
+    ]);
+    run.refused(&[
+        "pool.yaml:6:5:",
+        "spec.disruption.consolidationThreshold:",
+        "not in any Karpenter release",
+        "consolidationPolicy: Balanced",
+        "valid fields in spec.disruption: `budgets`, `consolidateAfter`, `consolidationPolicy`",
+    ]);
+    run.refused(&[
+        "pool.yaml:7:5:",
+        "spec.disruption.expireAfter:",
+        "removed in Karpenter v1.0 (was v1beta1)",
+        "spec.template.spec.expireAfter",
+        "jointer convert",
+    ]);
+    run.refused(&[
+        "pool.yaml:8:3:",
+        "spec.ttlSecondsAfterEmpty:",
+        "v1alpha5 Provisioner",
+        "removed in v0.33",
+        "consolidateAfter",
+    ]);
+    run.refused(&[
+        "pool.yaml:11:7:",
+        "spec.template.spec.kubelet:",
+        "removed in Karpenter v1.0",
+        "EC2NodeClass's spec.kubelet",
+    ]);
+    run.refused(&[
+        "pool.yaml:13:",
+        "spec.template.spec.requirements[0].minValue:",
+        "not a field of Karpenter v1.15's NodePool",
+        "`minValues`",
+    ]);
+    let errors = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(": error:"))
+        .count();
+    assert_eq!(errors, 6, "one error per unknown field:\n{}", run.stderr);
+}
+
+#[test]
+fn render_and_lint_report_unknown_fields_of_templates() {
+    let ws = Workspace::new();
+    let class = CLASS.replace(
+        "  role: KarpenterNodeRole-demo\n",
+        "  role: KarpenterNodeRole-demo\n  subnetSelector: { karpenter.sh/discovery: demo }\n",
+    );
+    with_templates(&ws, &[("class.yaml", &class)]);
+    for command in ["render", "lint"] {
+        ws.jointer(&[command]).refused(&[
+            "class.yaml (rendered):6:3:",
+            "EC2NodeClass/default spec.subnetSelector:",
+            "v1alpha1 AWSNodeTemplate",
+            "spec.subnetSelectorTerms",
+        ]);
+    }
+}
+
+#[test]
+fn an_unknown_field_in_untyped_kubelet_settings_is_kept_not_refused() {
+    // Upstream leaves the EC2NodeClass's kubelet open (any KubeletConfiguration field); render
+    // must keep such a field, not drop it.
+    let ws = Workspace::new();
+    let class = format!("{CLASS}  kubelet: {{ maxPods: 20, containerLogMaxSize: 50Mi }}\n");
+    with_templates(&ws, &[("class.yaml", &class)]);
+    let run = ws.jointer(&["render"]);
+    run.succeeded();
+    assert!(
+        run.stdout.contains("containerLogMaxSize: 50Mi"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn an_ami_family_without_selector_terms_points_to_the_v1_alias() {
+    let ws = Workspace::new();
+    let class = CLASS.replace(
+        "  amiSelectorTerms: [ { alias: al2023@latest } ]\n",
+        "  amiFamily: Bottlerocket\n",
+    );
+    with_templates(&ws, &[("class.yaml", &class)]);
+    ws.jointer(&["render"]).refused(&[
+        "class.yaml (rendered):6:3:",
+        "spec.amiFamily:",
+        "required since Karpenter v1.0",
+        "alias: bottlerocket@latest",
+    ]);
+}
+
+#[test]
+fn convert_reports_the_fields_it_cannot_carry() {
+    let ws = Workspace::new();
+    let input = ws
+        .fixture("convert/seed-v1beta1.yaml")
+        .replace(
+            "  role: \"KarpenterNodeRole-demo\"\n",
+            "  role: \"KarpenterNodeRole-demo\"\n  launchTemplate: my-template\n",
+        )
+        .replace(
+            "consolidateAfter: 30s,",
+            "consolidateAfter: 30s, consolidationThreshold: 0.5,",
+        );
+    ws.write("in.yaml", &input);
+    let run = ws.jointer(&["convert", "in.yaml"]);
+    run.refused(&[
+        "in.yaml:8:3:",
+        "EC2NodeClass/default spec.launchTemplate:",
+        "v1alpha1 AWSNodeTemplate",
+    ]);
+    run.refused(&[
+        "in.yaml:24:",
+        "NodePool/default spec.disruption.consolidationThreshold:",
+        "not in any Karpenter release",
+    ]);
+}
+
+#[test]
+fn simulate_refuses_a_workload_field_kubernetes_does_not_have() {
+    // k8s-openapi's types ignore unknown fields: without the check the misspelt selector
+    // would be dropped and the pod simulated as if it could go anywhere.
+    let ws = Workspace::new();
+    ws.write(
+        "app.yaml",
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: { name: app }
+spec:
+  replicas: 2
+  selector: { matchLabels: { app: app } }
+  template:
+    metadata: { labels: { app: app } }
+    spec:
+      nodeSelektor: { kubernetes.io/arch: arm64 }
+      containers:
+        - { name: app, image: x, resources: { requests: { cpu: 500m } } }
+",
+    );
+    ws.jointer(&["simulate", "--workload", "app.yaml"])
+        .refused(&[
+            "app.yaml:10:7:",
+            "spec.template.spec.nodeSelektor:",
+            "unknown field `nodeSelektor`",
+            "Deployment",
+        ]);
+}
+
+#[test]
+fn a_v1beta1_value_names_its_v1_successor() {
+    let ws = Workspace::new();
+    let pool = pool_with_requirement("{ key: kubernetes.io/arch, operator: In, values: [amd64] }")
+        + "  disruption: { consolidationPolicy: WhenUnderutilized }\n";
+    with_templates(&ws, &[("class.yaml", CLASS), ("pool.yaml", &pool)]);
+    ws.jointer(&["render"]).refused(&[
+        "pool.yaml (rendered):10:",
+        "spec.disruption.consolidationPolicy:",
+        "removed in Karpenter v1.0",
+        "WhenEmptyOrUnderutilized",
+    ]);
+}

@@ -16,6 +16,7 @@ mod testenv_prices;
 mod testenv_world;
 mod upstream_cel;
 mod upstream_crds;
+mod upstream_examples;
 
 #[path = "../support/mod.rs"]
 mod support;

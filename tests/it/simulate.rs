@@ -362,3 +362,93 @@ fn a_missing_workload_file() {
     ws.jointer(&["simulate", "--workload", "nope.yaml"])
         .refused(&["nope.yaml", "file not found"]);
 }
+
+/// The upstream-style examples (every upstream v1.15 spec field) are read by simulate with the
+/// bundled workload: the static pool keeps exactly its replicas, the dynamic pool takes the
+/// rest, the overlays apply.
+#[test]
+fn the_upstream_style_examples_simulate() {
+    let ws = Workspace::new();
+    let dir = repo("manifests/examples/upstream-v1.15");
+    let files = ["nodepools.yaml", "ec2nodeclasses.yaml", "nodeoverlays.yaml"];
+    let mut args = vec!["simulate".to_string(), "--output".into(), "json".into()];
+    for f in files {
+        args.push("--nodepools".into());
+        args.push(format!("{dir}/{f}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = json(ws.jointer(&args).succeeded());
+    let claims = out["nodeclaims"].as_array().expect("nodeclaims");
+    let of = |pool: &str| -> Vec<&serde_json::Value> {
+        claims.iter().filter(|c| c["nodepool"] == pool).collect()
+    };
+    // replicas: 2 (limits.nodes 3 is only a cap), the one type its requirements allow.
+    let fixed = of("static");
+    assert_eq!(fixed.len(), 2, "{out:#}");
+    for node in &fixed {
+        assert_eq!(node["instance_type"], "m7i.xlarge");
+        assert_eq!(node["capacity_type"], "on-demand");
+    }
+    assert!(!of("general").is_empty(), "{out:#}");
+    assert_eq!(out["pods_scheduled"], 21);
+    let placed_on_static: usize = fixed
+        .iter()
+        .map(|n| n["pods"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(
+        placed_on_static > 0,
+        "pods fill the static nodes first: {out:#}"
+    );
+
+    // The CapacityBuffers are for the cluster: simulate says it does not read them.
+    let run = ws.jointer(&[
+        "simulate",
+        "--nodepools",
+        &format!("{dir}/capacitybuffers.yaml"),
+    ]);
+    run.refused(&[
+        "capacitybuffers.yaml:6:1:",
+        "CapacityBuffer/api-headroom",
+        "simulate does not model buffers yet",
+    ]);
+    // …but their fields are checked like any other object's.
+    let bad = std::fs::read_to_string(format!("{dir}/capacitybuffers.yaml"))
+        .expect("example")
+        .replace("  percentage: 20", "  percent: 20");
+    ws.write("buffers.yaml", &bad);
+    ws.jointer(&["simulate", "--nodepools", "buffers.yaml"])
+        .refused(&[
+            "buffers.yaml:30:3:",
+            "CapacityBuffer/web-headroom spec.percent:",
+            "`percentage`",
+        ]);
+}
+
+/// Without replicas the same pool would be provisioned for pods; with replicas it keeps
+/// exactly that many nodes even when no pod needs them.
+#[test]
+fn a_static_pool_keeps_its_nodes_without_pods() {
+    let ws = Workspace::new();
+    ws.write("class.yaml", "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: { name: default }\nspec:\n  role: R\n  amiSelectorTerms: [ { alias: al2023@latest } ]\n  subnetSelectorTerms: [ { tags: { a: b } } ]\n  securityGroupSelectorTerms: [ { tags: { a: b } } ]\n");
+    ws.write("pool.yaml", "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: { name: fixed }\nspec:\n  replicas: 3\n  limits: { nodes: \"2\" }\n  template:\n    spec:\n      nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }\n      requirements:\n        - { key: node.kubernetes.io/instance-type, operator: In, values: [m7i.large] }\n");
+    ws.write("none.yaml", "apiVersion: v1\nkind: Pod\nmetadata: { name: tiny }\nspec:\n  containers: [ { name: c, image: x, resources: { requests: { cpu: 100m } } } ]\n");
+    let out = json(
+        ws.jointer(&[
+            "simulate",
+            "--nodepools",
+            "class.yaml",
+            "--nodepools",
+            "pool.yaml",
+            "--workload",
+            "none.yaml",
+            "--output",
+            "json",
+        ])
+        .succeeded(),
+    );
+    let claims = out["nodeclaims"].as_array().expect("nodeclaims");
+    // limits.nodes caps replicas; the one pod goes on one of them, nothing else launches.
+    assert_eq!(claims.len(), 2, "{out:#}");
+    assert!(claims.iter().all(|c| c["instance_type"] == "m7i.large"));
+    assert_eq!(out["pods_scheduled"], 1);
+}

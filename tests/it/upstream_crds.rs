@@ -114,9 +114,21 @@ async fn upstream_crds_accept_every_node_object_jointer_renders() {
             .expect("seed manifest");
         objects.extend(documents(&text));
     }
+    // The upstream-style examples are upstream's API as much as jointer's.
+    for example in ["nodepools.yaml", "ec2nodeclasses.yaml", "nodeoverlays.yaml"] {
+        let path = root.join("manifests/examples/upstream-v1.15").join(example);
+        objects.extend(documents(
+            &std::fs::read_to_string(path).expect("upstream-style example"),
+        ));
+    }
     let objects: Vec<Value> = objects
         .into_iter()
-        .filter(|o| matches!(o["kind"].as_str(), Some("NodePool" | "EC2NodeClass")))
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("NodePool" | "EC2NodeClass" | "NodeOverlay")
+            )
+        })
         .collect();
     assert!(
         objects.len() >= 4,

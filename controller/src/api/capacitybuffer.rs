@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
-use schemars::{json_schema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 use super::quantity::Quantity;
@@ -111,33 +110,6 @@ pub struct CapacityBufferStatus {
     pub provisioning_strategy: Option<String>,
     /// `ReadyForProvisioning` (resolved) and `Provisioning` (the headroom exists now).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "conditions_schema")]
+    #[schemars(schema_with = "super::schema::conditions_strict")]
     pub conditions: Vec<Condition>,
-}
-
-/// Standard `metav1.Condition`s as a list keyed by type, with the status values the API server
-/// must accept (k8s-openapi's own schema leaves `status` open).
-fn conditions_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "required": ["lastTransitionTime", "message", "reason", "status", "type"],
-            "properties": {
-                "lastTransitionTime": {"type": "string", "format": "date-time"},
-                "message": {"type": "string", "maxLength": 32768},
-                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-                "reason": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 1024,
-                    "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
-                },
-                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "type": {"type": "string", "maxLength": 316}
-            }
-        }
-    })
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
-use schemars::{json_schema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 use super::quantity::Quantity;
@@ -115,34 +114,6 @@ impl OverlayRequirement {
 pub struct NodeOverlayStatus {
     /// `ValidationSucceeded` → `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "conditions_schema")]
+    #[schemars(schema_with = "super::schema::conditions_strict")]
     pub conditions: Vec<Condition>,
-}
-
-/// Status conditions as upstream's CRD states them: the metav1.Condition shape with `status`
-/// one of True, False, Unknown, kept as a map keyed by `type`.
-fn conditions_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "required": ["lastTransitionTime", "message", "reason", "status", "type"],
-            "properties": {
-                "lastTransitionTime": {"type": "string", "format": "date-time"},
-                "message": {"type": "string", "maxLength": 32768},
-                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-                "reason": {
-                    "type": "string", "minLength": 1, "maxLength": 1024,
-                    "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
-                },
-                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "type": {
-                    "type": "string", "maxLength": 316,
-                    "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
-                }
-            }
-        }
-    })
 }

@@ -10,6 +10,7 @@ mod nodeclass;
 mod solver_cases;
 mod solver_properties;
 mod upstream_api;
+mod upstream_examples;
 mod validation;
 
 // The CLI's test support for the environment, shared rather than copied.
