@@ -180,8 +180,9 @@ async fn an_older_crd_is_drift_and_apply_upgrades_it_in_place_keeping_the_object
     let client = testenv::kube().await;
     s.apply();
 
-    // What an older release left: the NodePool schema without `disruption` (a field no CEL rule
-    // of the spec names, so the API server takes the older schema), an older version label.
+    // What an older release left: the NodePool schema without the template's
+    // `terminationGracePeriod` (a field the rendered pools leave out and no CEL rule names, so
+    // the API server takes the older schema), an older version label.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut old = crds.get("nodepools.karpenter.sh").await.unwrap();
     old.metadata
@@ -196,8 +197,12 @@ async fn an_older_crd_is_drift_and_apply_upgrades_it_in_place_keeping_the_object
             .and_then(|s| s.properties.as_mut())
             .and_then(|p| p.get_mut("spec"))
             .and_then(|s| s.properties.as_mut())
-            .expect("spec properties");
-        assert!(spec.remove("disruption").is_some());
+            .and_then(|p| p.get_mut("template"))
+            .and_then(|t| t.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut())
+            .expect("template spec properties");
+        assert!(spec.remove("terminationGracePeriod").is_some());
     }
     crds.replace("nodepools.karpenter.sh", &PostParams::default(), &old)
         .await
@@ -220,7 +225,7 @@ async fn an_older_crd_is_drift_and_apply_upgrades_it_in_place_keeping_the_object
     let served = serde_json::to_value(&upgraded.spec.versions[0]).unwrap();
     assert!(
         served
-            .pointer("/schema/openAPIV3Schema/properties/spec/properties/disruption")
+            .pointer("/schema/openAPIV3Schema/properties/spec/properties/template/properties/spec/properties/terminationGracePeriod")
             .is_some(),
         "the new schema is served"
     );

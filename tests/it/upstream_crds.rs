@@ -51,7 +51,41 @@ pub(crate) async fn install(client: &kube::Client, crds: &[Value]) {
             },
         )
         .await;
+        // Established is not yet served: right after a CRD of the same name went away its
+        // kind can answer 404 for a moment, and the next test's apply would hit that.
+        let kind = served_api(client, crd);
+        wait_for(
+            &format!("{name} served"),
+            Duration::from_secs(60),
+            || async {
+                kind.list(&kube::api::ListParams::default().limit(1))
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await;
     }
+}
+
+/// The API of the objects a CRD defines, at its first served version.
+fn served_api(client: &kube::Client, crd: &Value) -> Api<DynamicObject> {
+    let spec = &crd["spec"];
+    let version = spec["versions"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["served"] == true))
+        .and_then(|v| v["name"].as_str())
+        .expect("a served version");
+    let text = |v: &Value| v.as_str().expect("CRD name field").to_string();
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(
+            &text(&spec["group"]),
+            version,
+            &text(&spec["names"]["kind"]),
+        ),
+        &text(&spec["names"]["plural"]),
+    );
+    Api::all_with(client.clone(), &resource)
 }
 
 /// The API of `object`'s kind (in its namespace when it has one).
