@@ -2141,3 +2141,52 @@ async fn a_classs_newer_launch_settings_reach_the_launch_template_and_the_instan
     assert!(user_data.contains("strategy: RAID0"), "{user_data}");
     scene.end().await;
 }
+
+/// Node repair end to end on moto: the node-join simulator makes an instance's node report
+/// `KernelReady=False` (as the EKS node monitoring agent would, for an hour already); the
+/// controller process launches a replacement, moves the pod and terminates the instance.
+#[tokio::test]
+async fn a_node_that_reports_a_bad_condition_is_repaired() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("prov-repair", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let scene = Scene::start(&s, &admin, 28320).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &scene.ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &scene.ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("app", &s.cluster, 1, "500m", json!({})),
+        )
+        .await
+        .expect("deployment");
+    all_running(&pods, "app=app", 1).await;
+    let before = instances(&s).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    let sick = before.keys().next().cloned().unwrap_or_default();
+    s.ec2
+        .create_tags()
+        .resources(&sick)
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("jointer.dev/unhealthy")
+                .value("KernelReady=False")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("tag the instance");
+    wait_for(
+        "the unhealthy node's instance to be replaced and terminated",
+        Duration::from_secs(180),
+        || async {
+            let now = instances(&s).await;
+            (!now.contains_key(&sick) && now.len() == 1).then_some(())
+        },
+    )
+    .await;
+    all_running(&pods, "app=app", 1).await;
+    scene.end().await;
+}

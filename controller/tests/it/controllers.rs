@@ -1390,3 +1390,34 @@ async fn balanced_refuses_a_low_value_move_and_takes_a_high_value_one() {
         .await;
     s.finish().await;
 }
+
+/// `MIN_VALUES_POLICY=BestEffort` end to end: a requirement asking more distinct instance
+/// types than the pool's families have still gets a node, with fewer types, and the NodeClaim
+/// says so (`karpenter.sh/nodeclaim-min-values-relaxed`).
+#[tokio::test(flavor = "multi_thread")]
+async fn min_values_best_effort_launches_with_what_there_is_and_says_so() {
+    use jointer_controller::core::scheduling::MinValuesPolicy;
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start(
+        "ip-minvalues",
+        json!({"template": {"spec": {"requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            // More distinct types than the three families offer.
+            {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 50},
+        ]}}}),
+        |settings| settings.min_values_policy = MinValuesPolicy::BestEffort,
+    )
+    .await;
+    s.pod("web", "500m", json!({})).await;
+    s.running("web").await;
+    let claim = s.claims().await.remove(0);
+    assert_eq!(
+        claim
+            .annotations()
+            .get("karpenter.sh/nodeclaim-min-values-relaxed")
+            .map(String::as_str),
+        Some("true")
+    );
+    s.finish().await;
+}

@@ -24,6 +24,7 @@ import binascii
 import datetime
 import email
 import email.policy
+import json
 import os
 import re
 import sys
@@ -38,6 +39,10 @@ import yaml
 
 # Set on every Node this simulator registers, so a restarted simulator finds its nodes.
 INSTANCE_ANNOTATION = "jointer.dev/test-instance-id"
+# A test tags an instance `jointer.dev/unhealthy: <condition>=<status>` (e.g. KernelReady=False)
+# to have its node report that condition, as the EKS node monitoring agent would, bad since an
+# hour ago: past every repair toleration, so node repair can be tested without waiting.
+UNHEALTHY_TAG = "jointer.dev/unhealthy"
 # Labels a kubelet may set with --node-labels in the kubernetes.io / k8s.io namespaces;
 # any other key there makes the kubelet exit at start (so the node never joins).
 KUBELET_ALLOWED_LABELS = {
@@ -314,6 +319,8 @@ class Simulator:
                 if st["status"] == "waiting" and state == "running" and \
                         now + 0.005 >= st["seen"] + self.args.delay_ms / 1000.0:
                     self.join(iid, inst, st)
+                if st["status"] == "joined":
+                    self.report_condition(inst, st)
             elif state in ("shutting-down", "terminated"):
                 if st and st["status"] == "joined" and not self.remove(iid, st, f"instance {state}"):
                     continue  # retried next poll
@@ -323,6 +330,29 @@ class Simulator:
                 st = self.state.pop(iid)
                 if st["status"] == "joined" and not self.remove(iid, st, "instance terminated or gone"):
                     self.state[iid] = st  # retried next poll
+
+    def report_condition(self, inst, st):
+        """The condition the instance's UNHEALTHY_TAG asks for, on its node's status, once."""
+        wanted = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}.get(UNHEALTHY_TAG)
+        if not wanted or st.get("condition") == wanted:
+            return
+        kind, _, status = wanted.partition("=")
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
+        patch = {"status": {"conditions": [{
+            "type": kind, "status": status or "False", "reason": "SimulatedFault",
+            "message": f"set by the node-join simulator ({UNHEALTHY_TAG})",
+            "lastTransitionTime": since, "lastHeartbeatTime": since}]}}
+        try:
+            r = self.api("PATCH", f"/api/v1/nodes/{st['node']}/status", data=json.dumps(patch),
+                         headers={"Content-Type": "application/strategic-merge-patch+json"})
+        except requests.RequestException as e:
+            log(f"setting {wanted} on node {st['node']} failed: {e}; will retry")
+            return
+        if r.status_code == 200:
+            st["condition"] = wanted
+            log(f"node {st['node']} reports {wanted} since {since} ({UNHEALTHY_TAG})")
+        else:
+            log(f"setting {wanted} on node {st['node']} failed: {r.status_code} {r.text[:200]}; will retry")
 
     def remove(self, iid, st, why):
         try:
