@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::support::testenv::{self, wait_for};
 use crate::support::Workspace;
+use crate::upstream_cel::karpenter_crds;
 
 pub(crate) fn documents(text: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(text)
@@ -21,11 +22,16 @@ pub(crate) fn documents(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Replaces Karpenter's CRDs by `crds` and waits until each is Established.
+/// Replaces Karpenter's CRDs by `crds` and waits until each is served.
 pub(crate) async fn install(client: &kube::Client, crds: &[Value]) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     // The other side's storage versions may differ: replace the CRDs, do not merge them.
     testenv::delete_karpenter_crds(client).await;
+    apply_crds(client, crds).await;
+}
+
+/// Server-side applies `crds` (forced) and waits until each is Established and served.
+pub(crate) async fn apply_crds(client: &kube::Client, crds: &[Value]) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crds {
         let name = crd["metadata"]["name"]
             .as_str()
@@ -114,15 +120,7 @@ async fn upstream_crds_accept_every_node_object_jointer_renders() {
     let _turn = testenv::TURN.lock().await;
     testenv::require();
     let client = testenv::kube().await;
-    let file = std::env::var("JOINTER_UPSTREAM_CRDS")
-        .expect("JOINTER_UPSTREAM_CRDS (source tests/env/.run/env)");
-    let upstream: Vec<Value> = documents(&std::fs::read_to_string(&file).expect("upstream CRDs"))
-        .into_iter()
-        .filter(|c| {
-            let group = c["spec"]["group"].as_str().unwrap_or_default();
-            group == "karpenter.sh" || group == "karpenter.k8s.aws"
-        })
-        .collect();
+    let upstream = karpenter_crds(true);
     assert!(
         upstream.len() >= 3,
         "upstream's Karpenter CRDs: {}",
@@ -188,16 +186,7 @@ async fn upstream_crds_accept_every_node_object_jointer_renders() {
         }
     }
     // Back to jointer's CRDs for every later test, labelled as `jointer apply` labels them.
-    let ours: Vec<Value> = jointer_controller::crds::all()
-        .into_iter()
-        .map(|(_, crd)| {
-            let mut crd = serde_json::to_value(crd).expect("CRD");
-            crd["metadata"]["labels"] =
-                serde_json::json!({"app.kubernetes.io/managed-by": "jointer"});
-            crd
-        })
-        .collect();
-    install(&client, &ours).await;
+    install(&client, &karpenter_crds(false)).await;
     assert!(
         refused.is_empty(),
         "upstream's CRDs refuse what jointer renders:\n{}",

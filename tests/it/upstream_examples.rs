@@ -3,44 +3,12 @@
 //! of each is accepted — jointer's schemas and CEL rules take what upstream's users write.
 //! (Upstream's own CRDs take them too: tests/it/upstream_crds.rs.) Needs tests/env/up.sh.
 
-use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
-use crate::support::testenv::{self, wait_for};
-use crate::upstream_crds::{api_for, documents};
-
-/// jointer's CRDs server-side applied as `jointer apply` does (labelled, forced), Established.
-async fn apply_jointers_crds(client: &kube::Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in jointer_controller::crds::all() {
-        let mut crd = serde_json::to_value(crd).expect("CRD");
-        crd["metadata"]["labels"] = serde_json::json!({"app.kubernetes.io/managed-by": "jointer"});
-        let name = crd["metadata"]["name"].as_str().expect("name").to_string();
-        api.patch(
-            &name,
-            &PatchParams::apply("jointer-tests").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
-        wait_for(
-            &format!("CRD {name} Established"),
-            Duration::from_secs(60),
-            || async {
-                let crd = api.get(&name).await.ok()?;
-                crd.status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-                    .then_some(())
-            },
-        )
-        .await;
-    }
-}
+use crate::support::testenv;
+use crate::upstream_cel::karpenter_crds;
+use crate::upstream_crds::{api_for, apply_crds, documents};
 
 #[tokio::test]
 async fn jointers_crds_accept_every_upstream_style_example() {
@@ -67,7 +35,7 @@ async fn jointers_crds_accept_every_upstream_style_example() {
         ["CapacityBuffer", "EC2NodeClass", "NodeOverlay", "NodePool"]
     );
 
-    apply_jointers_crds(&client).await;
+    apply_crds(&client, &karpenter_crds(false)).await;
     let mut refused = Vec::new();
     for (file, object) in &objects {
         let name = object["metadata"]["name"].as_str().unwrap_or("?");
