@@ -19,9 +19,9 @@ use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubne
 use crate::api::nodeclaim::{instance_key, NodeClaim};
 use crate::core::scheduling::{CapacityType, Requirements, Resources};
 
-use crate::api::ec2nodeclass::AmiFamily;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
+use crate::core::ami_family::Family;
 use crate::core::catalog::{Catalog, CatalogError, PriceOverrides};
 use crate::core::overlay::PoolOverlays;
 use crate::core::scheduling::overhead::kubelet_settings;
@@ -71,25 +71,7 @@ struct State {
 
 /// Architectures the class's AMIs exist for (Windows AMIs are x86 only).
 fn architectures(class: &EC2NodeClass) -> &'static [&'static str] {
-    let family = class.spec.ami_family.or_else(|| {
-        let alias = class
-            .spec
-            .ami_selector_terms
-            .iter()
-            .find_map(|t| t.alias.as_deref())?;
-        match alias.split('@').next()?.to_ascii_lowercase().as_str() {
-            "windows2019" => Some(AmiFamily::Windows2019),
-            "windows2022" => Some(AmiFamily::Windows2022),
-            "windows2025" => Some(AmiFamily::Windows2025),
-            _ => None,
-        }
-    });
-    match family {
-        Some(AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025) => {
-            &["amd64"]
-        }
-        _ => &["amd64", "arm64"],
-    }
+    Family::of(class).architectures()
 }
 
 impl SimCloud {

@@ -19,9 +19,12 @@ use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
 use crate::api::labels::NODECLASS_FINALIZER as FINALIZER;
 use crate::api::nodeclaim::NodeClaim;
 use crate::cloud::CloudError;
+use crate::core::ami_family::user_data;
 use crate::core::nodeclass::{conditions, Verdicts};
 use crate::metrics::OutcomeLabels;
+use crate::runtime::events::publish;
 use crate::runtime::{finalizers, Context};
+use kube::runtime::events::EventType;
 /// Retry period while something is missing (a tag being added, a role being created).
 const RETRY_NOT_READY: Duration = Duration::from_secs(15);
 
@@ -63,12 +66,16 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
         amis: amis.as_ref().map(|_| ()).map_err(Clone::clone),
         instance_profile: profile.as_ref().map(|_| ()).map_err(Clone::clone),
         capacity_reservations: reservations.as_ref().map(|_| ()).map_err(Clone::clone),
+        validation: user_data::validate(&class).map_err(|e| e.to_string()),
     };
     let previous = class
         .status
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
+    let was_invalid = previous
+        .iter()
+        .any(|c| c.type_ == "ValidationSucceeded" && c.status == FALSE);
     let status = EC2NodeClassStatus {
         subnets: subnets.clone().unwrap_or_default(),
         security_groups: security_groups.clone().unwrap_or_default(),
@@ -95,6 +102,18 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
                 .map(|c| format!("{}=False: {}", c.type_, c.message))
                 .collect();
             tracing::warn!(ec2nodeclass = %name, reasons = %why.join("; "), "EC2NodeClass not ready");
+        }
+        if let (Err(why), false) = (&verdicts.validation, was_invalid) {
+            // Where `kubectl describe` shows it: a launch would fail on every NodeClaim.
+            publish(
+                &ctx.recorder,
+                class.as_ref(),
+                EventType::Warning,
+                "ValidationFailed",
+                "Validate",
+                why,
+            )
+            .await;
         }
     }
     count(&ctx, if ready { "ready" } else { "not_ready" });

@@ -194,6 +194,10 @@ pub fn instance_type(
 ) -> InstanceType {
     let mut requirements = shape_labels(shape);
     requirements.add(labels::REGION, Requirement::any_of([region]));
+    // The OS (and Windows build) its nodes run is the class's AMI family's.
+    for (key, value) in kubelet.family.node_labels() {
+        requirements.add(key, Requirement::any_of([value]));
+    }
     let hw = Hardware {
         vcpu: shape.vcpu,
         memory_mib: shape.memory_mib,
@@ -232,7 +236,6 @@ pub fn shape_labels(shape: &Shape) -> Requirements {
     let mut r = Requirements::new();
     let mut set = |key: &str, value: String| r.add(key, Requirement::any_of([value]));
     set(labels::ARCH, shape.arch.clone());
-    set(labels::OS, "linux".into());
     set(labels::INSTANCE_CATEGORY, shape.category.clone());
     set(labels::INSTANCE_FAMILY, shape.family.clone());
     if let Some(g) = shape.generation {
@@ -383,7 +386,9 @@ pub fn user_instance_types(
         labels.extend(e.labels.clone());
         let mut requirements = Requirements::from_labels(&labels);
         requirements.add(labels::ARCH, Requirement::any_of([e.arch.clone()]));
-        requirements.add(labels::OS, Requirement::any_of(["linux"]));
+        for (key, value) in kubelet.family.node_labels() {
+            requirements.add(key, Requirement::any_of([value]));
+        }
         requirements.add(
             labels::INSTANCE_CPU,
             Requirement::any_of([e.vcpu.to_string()]),

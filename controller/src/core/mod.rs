@@ -2,6 +2,7 @@
 //! over plain data. No `.await`, no AWS SDK, no `kube::Client`, no clock: time and settings
 //! come in as arguments, so each rule has a unit or case test.
 
+pub mod ami_family;
 pub mod benchmark;
 pub mod buffer;
 pub mod buffer_status;

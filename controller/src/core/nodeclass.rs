@@ -53,6 +53,8 @@ pub fn describe_ami_terms(terms: &[AmiSelectorTerm]) -> String {
                 format!("id {id}")
             } else if let Some(name) = &t.name {
                 format!("name {name}")
+            } else if let Some(parameter) = &t.ssm_parameter {
+                format!("ssmParameter {parameter}")
             } else if let Some(tags) = &t.tags {
                 tags_phrase(tags)
             } else {
@@ -72,6 +74,9 @@ pub struct Verdicts {
     /// Fails only when AWS cannot be asked: a class whose reservations have all ended is
     /// still usable (on-demand and spot).
     pub capacity_reservations: Found<()>,
+    /// The class's own settings make sense for its AMI family (its `spec.userData` parses,
+    /// its kubelet fields can be passed on).
+    pub validation: Found<()>,
 }
 
 fn condition(
@@ -130,6 +135,12 @@ pub fn conditions(v: &Verdicts, previous: &[Condition], generation: Option<i64>)
             "CapacityReservationsResolved",
             "CapacityReservationsNotResolved",
         ),
+        (
+            "ValidationSucceeded",
+            &v.validation,
+            "ValidationSucceeded",
+            "ValidationFailed",
+        ),
     ];
     let mut out: Vec<Condition> = parts
         .iter()
@@ -173,6 +184,7 @@ mod tests {
             amis: Ok(()),
             instance_profile: Ok(()),
             capacity_reservations: Ok(()),
+            validation: Ok(()),
         };
         let c = conditions(&v, &[], Some(1));
         assert_eq!(c[0].status, "False");

@@ -3,7 +3,7 @@
 //! templates ensured, then one CreateFleet of type `instant`), and [`interpret`] (pure: which
 //! instance EC2 started, which offerings had no capacity, which reservations are full).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,13 +21,14 @@ use super::call::metered;
 use super::fleet::{self, FleetPlan, Override};
 use super::launch_template::Content;
 use super::templates::{tags, Template};
-use super::user_data::{self, ClusterInfo};
-use super::{unavailable, AwsCloud};
+use super::{unavailable, AwsCloud, ClusterInfo};
 use crate::api::conditions::class_not_ready;
-use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus, InstanceStorePolicy};
+use crate::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus, ResolvedAmi};
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::cloud::{CloudError, Launched};
+use crate::core::ami_family::user_data::{self, NodeSettings};
+use crate::core::ami_family::{image_fits, Family};
 use crate::core::scheduling::{CapacityType, InstanceType, Requirements, Resources};
 
 /// One launch template's worth of the request: what it launches and the overrides it serves.
@@ -77,15 +78,11 @@ pub fn prepare(
     let mut taints = claim.spec.taints.clone();
     taints.extend(claim.spec.startup_taints.iter().cloned());
     let node_labels = claim.labels().clone();
-    let data = user_data::al2023(
+    let family = Family::of(class);
+    let data = user_data::generate(
+        family,
         cluster,
-        &user_data::NodeSettings {
-            kubelet: class.spec.kubelet.as_ref(),
-            labels: &node_labels,
-            taints: &taints,
-            raid0_instance_stores: class.spec.instance_store_policy
-                == Some(InstanceStorePolicy::RAID0),
-        },
+        &NodeSettings::of_class(class, &node_labels, &taints),
         class.spec.user_data.as_deref(),
     )
     .map_err(|e| CloudError::ClassNotReady {
@@ -93,36 +90,33 @@ pub fn prepare(
         why: format!("spec.userData: {e}"),
     })?;
     let tags = tags(&cluster.name, claim, class);
-    let image_of_arch = |arch: &str| {
-        status.amis.iter().find(|a| {
-            a.requirements.iter().any(|r| {
-                r.key == labels::ARCH
-                    && r.values
-                        .as_ref()
-                        .is_some_and(|v| v.iter().any(|x| x == arch))
-            })
-        })
+    // The first selected image that boots the type: its architecture, its accelerator
+    // variant (NVIDIA and Neuron types get the images with their drivers), its OS.
+    let image_of = |o: &Override| {
+        let of_type = types.iter().find(|t| t.name == o.instance_type)?;
+        status
+            .amis
+            .iter()
+            .find(|a| image_fits(&a.requirements, &of_type.requirements))
     };
-    // One launch template per architecture; launching into capacity reservations, one per
+    // One launch template per image; launching into capacity reservations, one per
     // (override, reservation): EC2 takes the reservation from the template.
-    let mut slices: Vec<(&str, Option<String>, Vec<&Override>)> = Vec::new();
-    if plan.capacity_type == CapacityType::Reserved {
-        for o in &plan.overrides {
+    let mut slices: Vec<(&ResolvedAmi, Option<String>, Vec<&Override>)> = Vec::new();
+    for o in &plan.overrides {
+        let Some(ami) = image_of(o) else { continue };
+        if plan.capacity_type == CapacityType::Reserved {
             for r in usable_reservations(&status, &o.instance_type, &o.zone) {
-                slices.push((o.arch.as_str(), Some(r), vec![o]));
+                slices.push((ami, Some(r), vec![o]));
             }
-        }
-    } else {
-        let archs: BTreeSet<&str> = plan.overrides.iter().map(|o| o.arch.as_str()).collect();
-        for arch in archs {
-            let of_arch = plan.overrides.iter().filter(|o| o.arch == arch).collect();
-            slices.push((arch, None, of_arch));
+        } else if let Some(slice) = slices.iter_mut().find(|s| s.0.id == ami.id) {
+            slice.2.push(o);
+        } else {
+            slices.push((ami, None, vec![o]));
         }
     }
     let groups: Vec<Group> = slices
         .into_iter()
-        .filter_map(|(arch, reservation, overrides)| {
-            let ami = image_of_arch(arch)?;
+        .map(|(ami, reservation, overrides)| {
             let content = Content {
                 image_id: ami.id.clone(),
                 instance_profile: profile.clone(),
@@ -145,18 +139,18 @@ pub fn prepare(
                 cpu_options: class.spec.cpu_options.clone(),
                 enclave_options: class.spec.enclave_options.clone(),
             }
-            .with_default_volumes();
-            Some(Group {
+            .with_default_volumes(family);
+            Group {
                 content,
                 capacity_reservation_id: reservation,
                 overrides: overrides.into_iter().cloned().collect(),
-            })
+            }
         })
         .collect();
     if groups.is_empty() {
         return Err(CloudError::ClassNotReady {
             class: class_name,
-            why: "no AMI for the architectures of the instance types that fit".into(),
+            why: "none of its AMIs suits the instance types that fit (architecture, GPU or accelerator drivers, operating system)".into(),
         });
     }
     let mut instance_tags = tags;
@@ -477,5 +471,138 @@ impl AwsCloud {
             "launched instance"
         );
         Ok((launched, chosen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::catalog::Catalog;
+    use crate::core::scheduling::overhead::KubeletSettings;
+    use serde_json::json;
+
+    fn class(family: &str, amis: serde_json::Value) -> EC2NodeClass {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"amiFamily": family, "amiSelectorTerms": [{"id": "ami-any"}],
+                     "subnetSelectorTerms": [{"id": "subnet-a"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+            "status": {"amis": amis, "instanceProfile": "profile",
+                       "subnets": [{"id": "subnet-a", "zone": "us-east-1a"}],
+                       "securityGroups": [{"id": "sg-1"}],
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                       "lastTransitionTime": "2026-12-01T00:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    fn claim(types: &[&str], gpus: u32) -> NodeClaim {
+        let mut requests = json!({"cpu": "1"});
+        if gpus > 0 {
+            requests["nvidia.com/gpu"] = json!(gpus.to_string());
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c1", "labels": {"karpenter.sh/nodepool": "general"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "requirements": [
+                         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
+                         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                     "resources": {"requests": requests}}
+        }))
+        .unwrap()
+    }
+
+    fn cluster() -> ClusterInfo {
+        ClusterInfo {
+            name: "prod".into(),
+            endpoint: "https://example".into(),
+            certificate_authority: "Q0E=".into(),
+            service_cidr: "10.100.0.0/16".into(),
+        }
+    }
+
+    fn types(family: crate::core::ami_family::Family) -> Vec<Arc<InstanceType>> {
+        let kubelet = KubeletSettings {
+            family,
+            ..Default::default()
+        };
+        Catalog::embedded()
+            .unwrap()
+            .instance_types("us-east-1", &kubelet, None)
+            .unwrap()
+    }
+
+    /// One standard and one NVIDIA image per architecture, as an al2023 alias resolves.
+    fn variant_amis() -> serde_json::Value {
+        json!([
+            {"id": "ami-standard", "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.k8s.aws/instance-accelerator-count", "operator": "DoesNotExist"},
+                {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"}]},
+            {"id": "ami-nvidia", "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Exists"}]}
+        ])
+    }
+
+    fn launched_images(class: &EC2NodeClass, claim: &NodeClaim) -> Vec<String> {
+        let types = types(Family::of(class));
+        prepare(&cluster(), claim, class, &types, |_, _, _| vec![])
+            .unwrap()
+            .groups
+            .iter()
+            .map(|g| g.content.image_id.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_gpu_type_boots_the_image_with_its_drivers_and_a_plain_type_the_standard_one() {
+        let class = class("AL2023", variant_amis());
+        assert_eq!(
+            launched_images(&class, &claim(&["m5.large", "g5.xlarge"], 0)),
+            ["ami-standard"]
+        );
+        assert_eq!(
+            launched_images(&class, &claim(&["m5.large", "g5.xlarge"], 1)),
+            ["ami-nvidia"]
+        );
+    }
+
+    #[test]
+    fn each_family_writes_its_own_user_data_and_volumes() {
+        let amis = json!([{"id": "ami-1", "requirements": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]);
+        let content = |family: &str| {
+            let class = class(family, amis.clone());
+            let types = types(Family::of(&class));
+            prepare(
+                &cluster(),
+                &claim(&["m5.large"], 0),
+                &class,
+                &types,
+                |_, _, _| vec![],
+            )
+            .unwrap()
+            .groups[0]
+                .content
+                .clone()
+        };
+        let bottlerocket = content("Bottlerocket");
+        assert!(bottlerocket.user_data.starts_with("[settings.kubernetes]"));
+        assert_eq!(bottlerocket.block_device_mappings.len(), 2);
+        let windows = content("Windows2022");
+        assert!(windows.user_data.starts_with("<powershell>"));
+        assert_eq!(
+            windows.block_device_mappings[0].device_name.as_deref(),
+            Some("/dev/sda1")
+        );
+        assert!(content("AL2")
+            .user_data
+            .contains("/etc/eks/bootstrap.sh 'prod'"));
+        assert!(content("AL2023").user_data.contains("kind: NodeConfig"));
+        let custom = content("Custom");
+        assert_eq!(custom.user_data, "");
+        assert!(custom.block_device_mappings.is_empty());
     }
 }

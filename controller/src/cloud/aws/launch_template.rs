@@ -24,15 +24,7 @@ use crate::api::ec2nodeclass::{
     BlockDeviceMapping, ConnectionTracking, CpuOptions, EnclaveOptions, InterfaceType,
     MetadataOptions, NetworkInterface, PlacementGroupSelector, Toggle,
 };
-
-/// The root volume AL2023 nodes get when the class names none (as upstream's default).
-fn default_block_devices() -> Vec<BlockDeviceMapping> {
-    serde_json::from_value(serde_json::json!([{
-        "deviceName": "/dev/xvda",
-        "ebs": {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": true, "deleteOnTermination": true}
-    }]))
-    .unwrap_or_default()
-}
+use crate::core::ami_family::Family;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Content {
@@ -67,9 +59,10 @@ pub struct Content {
 }
 
 impl Content {
-    pub fn with_default_volumes(mut self) -> Self {
+    /// The family's volumes when the class names none (as upstream's defaults).
+    pub fn with_default_volumes(mut self, family: Family) -> Self {
         if self.block_device_mappings.is_empty() {
-            self.block_device_mappings = default_block_devices();
+            self.block_device_mappings = family.default_block_devices();
         }
         self
     }
@@ -285,7 +278,7 @@ mod tests {
             cpu_options: None,
             enclave_options: None,
         }
-        .with_default_volumes()
+        .with_default_volumes(Family::AL2023)
     }
 
     #[test]

@@ -17,7 +17,6 @@ pub mod sqs;
 pub mod tags;
 pub mod templates;
 pub mod unavailable;
-pub mod user_data;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +29,7 @@ use crate::api::nodeclaim::NodeClaim;
 use crate::cloud::{
     CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
 };
+pub use crate::core::ami_family::user_data::ClusterInfo;
 use crate::core::catalog::Catalog;
 use crate::core::overlay::PoolOverlays;
 use crate::core::scheduling::{CapacityType, InstanceType};
@@ -38,7 +38,6 @@ use instance_types::RegionOfferings;
 use reservations::Reservations;
 pub use sqs::Sqs;
 use unavailable::Unavailable;
-use user_data::ClusterInfo;
 
 pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,

@@ -17,6 +17,7 @@ use crate::api::ec2nodeclass::{
 use crate::api::labels;
 use crate::cloud::arch_requirement;
 use crate::cloud::CloudError;
+use crate::core::ami_family::Family;
 use crate::core::nodeclass::{
     describe_ami_terms, describe_security_group_terms, describe_subnet_terms, Found,
 };
@@ -194,48 +195,61 @@ pub async fn capacity_reservations(
     Ok(found.into_values().collect())
 }
 
-/// `al2023@latest` → the EKS optimized AMI parameters of the cluster's Kubernetes version, one
-/// per architecture.
-async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
-    let (family, version) = alias.split_once('@').unwrap_or((alias, "latest"));
-    if family != "al2023" {
-        return Err(format!(
-            "alias {alias}: only the al2023 family is resolved by this controller"
-        ));
+/// An SSM parameter's value; None when there is no such parameter.
+async fn parameter(ctx: &Ctx, name: &str) -> Found<Option<String>> {
+    let got = metered(
+        &ctx.metrics,
+        "ssm",
+        "GetParameter",
+        ctx.ssm.get_parameter().name(name).send(),
+    )
+    .await;
+    match got {
+        Ok(p) => Ok(p.parameter().and_then(|p| p.value()).map(str::to_string)),
+        Err(e) if e.is(&["ParameterNotFound"]) => Ok(None),
+        Err(e) => Err(format!("SSM parameter {name}: {e}")),
     }
+}
+
+/// An alias → its family's EKS AMI parameters for the cluster's Kubernetes version: one image
+/// per architecture and accelerator variant. Not every variant exists everywhere; the alias
+/// fails only when none does.
+async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
+    let (family, params) =
+        Family::alias_parameters(alias, &ctx.kubernetes_version).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
-    for (ssm_arch, arch) in [("x86_64", "amd64"), ("arm64", "arm64")] {
-        let name = if version == "latest" {
-            format!(
-                "/aws/service/eks/optimized-ami/{}/amazon-linux-2023/{ssm_arch}/standard/recommended/image_id",
-                ctx.kubernetes_version
-            )
-        } else {
-            format!(
-                "/aws/service/eks/optimized-ami/{k}/amazon-linux-2023/{ssm_arch}/standard/amazon-eks-node-al2023-{ssm_arch}-standard-{k}-{version}/image_id",
-                k = ctx.kubernetes_version
-            )
+    let mut missing = Vec::new();
+    for p in params {
+        let Some(id) = parameter(ctx, &p.name).await? else {
+            missing.push(p.name);
+            continue;
         };
-        let got = metered(
-            &ctx.metrics,
-            "ssm",
-            "GetParameter",
-            ctx.ssm.get_parameter().name(&name).send(),
-        )
-        .await;
-        match got {
-            Ok(p) => {
-                if let Some(id) = p.parameter().and_then(|p| p.value()) {
-                    out.push(ResolvedAmi {
-                        id: id.to_string(),
-                        name: None,
-                        requirements: vec![arch_requirement(arch)],
-                        deprecated: None,
-                    });
-                }
-            }
-            Err(e) => return Err(format!("alias {alias}: SSM parameter {name}: {e}")),
+        let mut base = vec![arch_requirement(p.arch)];
+        base.extend(p.requirements.iter().cloned());
+        // One entry per variant the image serves (AL2's GPU image has both drivers).
+        let variants: Vec<Vec<_>> = if p.variants.is_empty() {
+            vec![Vec::new()]
+        } else {
+            p.variants.iter().map(|v| v.requirements()).collect()
+        };
+        for extra in variants {
+            let mut requirements = base.clone();
+            requirements.extend(extra);
+            out.push(ResolvedAmi {
+                id: id.clone(),
+                name: None,
+                requirements,
+                deprecated: None,
+            });
         }
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "alias {alias}: no {} image is published for Kubernetes {} (none of {} exists)",
+            family.name(),
+            ctx.kubernetes_version,
+            missing.join(", ")
+        ));
     }
     Ok(out)
 }
@@ -250,6 +264,17 @@ pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
         let mut request = ctx.ec2.describe_images();
         if let Some(id) = &term.id {
             request = request.image_ids(id);
+        }
+        if let Some(name) = &term.ssm_parameter {
+            // The user's parameter names the image; a missing one selects nothing, as upstream.
+            match parameter(ctx, name).await? {
+                Some(id) if id.starts_with("ami-") => request = request.image_ids(id),
+                Some(value) => {
+                    tracing::warn!(ssm_parameter = %name, %value, "the SSM parameter's value is not an AMI id; ignored");
+                    continue;
+                }
+                None => continue,
+            }
         }
         let mut filters = Vec::new();
         if let Some(name) = &term.name {

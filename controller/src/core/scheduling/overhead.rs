@@ -5,9 +5,13 @@
 //! The formulas are those nodeadm/bootstrap apply on AWS: VM memory overhead 7.5 %, max pods
 //! from ENI limits, kube-reserved memory 11 MiB per pod + 255 MiB, kube-reserved CPU on a
 //! sliding scale per core, 1 GiB kube-reserved ephemeral storage, hard eviction at 100 Mi.
+//! Families differ (see [`Family`]): Windows nodes are not ENI-limited (110 pods), AL2 and
+//! AL2023 reserve memory for their ENI max pods whatever `maxPods` says, Bottlerocket has no
+//! pods-per-core, and each keeps its kubelet's data on its own default volume.
 
 use crate::api::ec2nodeclass::InstanceStorePolicy;
 use crate::api::EC2NodeClass;
+use crate::core::ami_family::Family;
 
 use super::resources::Resources;
 
@@ -26,7 +30,7 @@ pub struct Hardware {
 }
 
 /// Kubelet settings from the EC2NodeClass that change capacity or overhead.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct KubeletSettings {
     pub max_pods: Option<i64>,
     pub pods_per_core: Option<i64>,
@@ -40,12 +44,31 @@ pub struct KubeletSettings {
     /// `instanceStorePolicy: RAID0`: the instance stores, striped, hold the kubelet's and
     /// the container runtime's data, so ephemeral storage is their size where there are any.
     pub ephemeral_on_instance_store: bool,
+    /// The AMI family, whose bootstrap decides pod density and reservations.
+    pub family: Family,
+}
+
+impl Default for KubeletSettings {
+    fn default() -> Self {
+        KubeletSettings {
+            max_pods: None,
+            pods_per_core: None,
+            kube_reserved: None,
+            system_reserved: Resources::ZERO,
+            eviction_memory: None,
+            root_volume_bytes: None,
+            ephemeral_on_instance_store: false,
+            family: Family::AL2023,
+        }
+    }
 }
 
 /// Virtualisation takes this share of the advertised memory before the kubelet sees it.
 pub const VM_MEMORY_OVERHEAD: f64 = 0.075;
 /// Karpenter's default root volume for AL2023.
 pub const DEFAULT_ROOT_VOLUME: i64 = 20 * GIB;
+/// The kubelet's own default when no ENI table applies (Windows).
+pub const KUBELET_DEFAULT_MAX_PODS: i64 = 110;
 
 /// ENIs × (IPv4 addresses per ENI − 1) + 2: one address per ENI is the ENI's own, and two
 /// host-network pods (aws-node, kube-proxy) need none.
@@ -53,10 +76,23 @@ pub fn eni_max_pods(hw: &Hardware) -> i64 {
     (hw.enis * (hw.ipv4_per_eni - 1) + 2).max(1)
 }
 
+/// The max pods the family's bootstrap would compute, before any `maxPods`.
+fn default_max_pods(hw: &Hardware, family: Family) -> i64 {
+    if family.eni_limited_pods() {
+        eni_max_pods(hw)
+    } else {
+        KUBELET_DEFAULT_MAX_PODS
+    }
+}
+
 pub fn max_pods(hw: &Hardware, kubelet: &KubeletSettings) -> i64 {
-    let base = kubelet.max_pods.unwrap_or_else(|| eni_max_pods(hw));
+    let base = kubelet
+        .max_pods
+        .unwrap_or_else(|| default_max_pods(hw, kubelet.family));
     match kubelet.pods_per_core {
-        Some(per_core) if per_core > 0 => base.min(per_core * hw.vcpu),
+        Some(per_core) if per_core > 0 && kubelet.family.honours_pods_per_core() => {
+            base.min(per_core * hw.vcpu)
+        }
         _ => base,
     }
 }
@@ -94,9 +130,15 @@ pub fn capacity_and_overhead(hw: &Hardware, kubelet: &KubeletSettings) -> (Resou
         ephemeral_storage: ephemeral_storage(hw, kubelet),
         ..Resources::ZERO
     };
+    // AL2/AL2023 compute it from their ENI table (when the hardware says what its ENIs are).
+    let reserved_for = if kubelet.family.reserves_memory_for_eni_pods() && hw.enis > 0 {
+        default_max_pods(hw, kubelet.family)
+    } else {
+        pods
+    };
     let computed = Resources {
         cpu: kube_reserved_cpu_millis(hw.vcpu),
-        memory: (11 * pods + 255) * MIB,
+        memory: (11 * reserved_for + 255) * MIB,
         ephemeral_storage: GIB,
         ..Resources::ZERO
     };
@@ -137,18 +179,40 @@ pub fn kubelet_settings(class: &EC2NodeClass) -> KubeletSettings {
             (a, b) => a.or(b),
         };
     }
-    settings.root_volume_bytes = class
-        .spec
-        .block_device_mappings
-        .iter()
-        .find(|m| m.root_volume == Some(true))
-        .or_else(|| class.spec.block_device_mappings.first())
-        .and_then(|m| m.ebs.as_ref())
-        .and_then(|e| e.volume_size.as_ref())
-        .map(|q| q.units_ceil() as i64);
+    settings.family = Family::of(class);
+    settings.root_volume_bytes = ephemeral_volume_bytes(class, settings.family);
     settings.ephemeral_on_instance_store =
         class.spec.instance_store_policy == Some(InstanceStorePolicy::RAID0);
     settings
+}
+
+/// The volume the kubelet keeps its data on: the one marked `rootVolume`, else the family's
+/// data device (a custom image's last volume), else the family's default.
+fn ephemeral_volume_bytes(class: &EC2NodeClass, family: Family) -> Option<i64> {
+    let size = |m: &crate::api::ec2nodeclass::BlockDeviceMapping| {
+        m.ebs
+            .as_ref()
+            .and_then(|e| e.volume_size.as_ref())
+            .map(|q| q.units_ceil() as i64)
+    };
+    let mappings = &class.spec.block_device_mappings;
+    if let Some(root) = mappings.iter().find(|m| m.root_volume == Some(true)) {
+        return size(root);
+    }
+    let device = family.ephemeral_device();
+    let on_device = match device {
+        Some(d) => mappings
+            .iter()
+            .find(|m| m.device_name.as_deref() == Some(d)),
+        None => mappings.last(),
+    };
+    on_device.and_then(size).or_else(|| {
+        family
+            .default_block_devices()
+            .iter()
+            .find(|m| m.device_name.as_deref() == device)
+            .and_then(size)
+    })
 }
 
 #[cfg(test)]
@@ -232,5 +296,82 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(max_pods(&hw, &kubelet), 40);
+    }
+
+    fn m5_large() -> Hardware {
+        Hardware {
+            vcpu: 2,
+            memory_mib: 8192,
+            enis: 3,
+            ipv4_per_eni: 10,
+            local_nvme_gb: 0,
+        }
+    }
+
+    fn of(family: Family, max_pods: Option<i64>) -> (Resources, Resources) {
+        let kubelet = KubeletSettings {
+            family,
+            max_pods,
+            pods_per_core: Some(4),
+            ..Default::default()
+        };
+        capacity_and_overhead(&m5_large(), &kubelet)
+    }
+
+    #[test]
+    fn each_family_has_its_own_pod_density_and_memory_reservation() {
+        use crate::core::ami_family::WindowsVersion;
+        // AL2023: ENI-limited 29, capped by pods-per-core at 8; memory reserved for the 29
+        // the ENI table gives, whatever maxPods says.
+        let (cap, over) = of(Family::AL2023, None);
+        assert_eq!(cap.pods, 8);
+        assert_eq!(over.memory, (11 * 29 + 255 + 100) * MIB);
+        assert_eq!(of(Family::AL2023, Some(110)).1.memory, over.memory);
+        // Bottlerocket: no pods-per-core; memory reserved for the pods it runs.
+        let (cap, over) = of(Family::Bottlerocket, Some(110));
+        assert_eq!(cap.pods, 110);
+        assert_eq!(over.memory, (11 * 110 + 255 + 100) * MIB);
+        // Windows: not ENI-limited.
+        let windows = Family::Windows(WindowsVersion::Server2022);
+        let (cap, over) = capacity_and_overhead(
+            &m5_large(),
+            &KubeletSettings {
+                family: windows,
+                ..Default::default()
+            },
+        );
+        assert_eq!(cap.pods, 110);
+        assert_eq!(over.memory, (11 * 110 + 255 + 100) * MIB);
+    }
+
+    #[test]
+    fn ephemeral_storage_is_the_familys_data_volume() {
+        let class = |family: &str, devices: serde_json::Value| -> EC2NodeClass {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "c"},
+                "spec": {"amiFamily": family, "amiSelectorTerms": [{"id": "ami-1"}],
+                         "subnetSelectorTerms": [{"id": "s"}], "securityGroupSelectorTerms": [{"id": "g"}],
+                         "blockDeviceMappings": devices}
+            }))
+            .unwrap()
+        };
+        let volume = |c: &EC2NodeClass| kubelet_settings(c).root_volume_bytes;
+        assert_eq!(
+            volume(&class("Bottlerocket", serde_json::json!([]))),
+            Some(20 * GIB)
+        );
+        assert_eq!(
+            volume(&class("Windows2022", serde_json::json!([]))),
+            Some(50 * GIB)
+        );
+        let data = serde_json::json!([
+            {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "4Gi"}},
+            {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "100Gi"}}]);
+        assert_eq!(
+            volume(&class("Bottlerocket", data.clone())),
+            Some(100 * GIB)
+        );
+        assert_eq!(volume(&class("AL2023", data.clone())), Some(4 * GIB));
+        assert_eq!(volume(&class("Custom", data)), Some(100 * GIB));
     }
 }
