@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
+use jointer_controller::api::EC2NodeClass;
+use jointer_controller::core::ami_family::Family;
 use serde_json::Value;
 
 use super::aws::clients::{Clients, Cluster};
@@ -129,6 +131,32 @@ impl Context {
         }
     }
 
+    /// The rendered EC2NodeClasses (validated before any call, so they deserialize).
+    fn node_classes(&self) -> impl Iterator<Item = EC2NodeClass> + '_ {
+        self.node_objects
+            .iter()
+            .filter(|o| o["kind"] == "EC2NodeClass")
+            .filter_map(|o| serde_json::from_value(o.clone()).ok())
+    }
+
+    /// A rendered class runs Windows nodes (node access then admits Windows nodes too).
+    pub fn windows_nodes(&self) -> bool {
+        self.node_classes().any(|c| Family::of(&c).is_windows())
+    }
+
+    /// The users' own SSM parameters that rendered classes select AMIs by.
+    fn ssm_parameters(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .node_classes()
+            .flat_map(|c| c.spec.ami_selector_terms)
+            .filter_map(|t| t.ssm_parameter)
+            .filter(|n| !n.starts_with("/aws/service/"))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// What the controller policies name.
     pub fn scope(&self) -> permissions::Scope {
         permissions::Scope {
@@ -142,6 +170,7 @@ impl Context {
                 .interruption
                 .enabled
                 .then(|| self.names.queue.clone()),
+            ssm_parameters: self.ssm_parameters(),
         }
     }
 }

@@ -51,6 +51,8 @@ pub struct NodeClaimReport {
     pub cpu_allocatable: String,
     pub memory_requested: String,
     pub memory_allocatable: String,
+    /// The node's max pods (its AMI family's pod density, or the class's `kubelet.maxPods`).
+    pub pods_allocatable: i64,
     pub pods: Vec<String>,
 }
 
@@ -299,6 +301,7 @@ fn report(plan: &Plan, input: String, region: String, price_source: &'static str
             cpu_allocatable: format_amount(CPU, a.cpu),
             memory_requested: format_amount(MEMORY, nc.requests.memory),
             memory_allocatable: format_amount(MEMORY, a.memory),
+            pods_allocatable: a.pods,
             pods: nc.pods.iter().map(|p| p.to_string()).collect(),
         });
     }

@@ -293,7 +293,12 @@ fn print_simulation(r: &Report) {
                 format!("{:.4}", n.price_per_hour),
                 format!("{}/{}", n.cpu_requested, n.cpu_allocatable),
                 format!("{}/{}", n.memory_requested, n.memory_allocatable),
-                format!("{} ({})", n.pods.len(), owners.join(", ")),
+                format!(
+                    "{}/{} ({})",
+                    n.pods.len(),
+                    n.pods_allocatable,
+                    owners.join(", ")
+                ),
             ]
         })
         .collect();

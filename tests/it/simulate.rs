@@ -153,6 +153,57 @@ fn a_savings_plan_overlay_changes_the_chosen_type_and_its_price() {
     );
 }
 
+/// The AMI-families example: the same m5.large allocates per its class's family — AL2023
+/// reserves memory for the 29 pods of its ENI table even with maxPods 110, Bottlerocket for
+/// the 110 it runs, Windows is not ENI-limited — and Windows pods land only on the Windows pool.
+#[test]
+fn each_ami_family_gives_its_own_allocatable() {
+    let ws = Workspace::new();
+    let dir = "manifests/examples/ami-families";
+    let (classes, pools, workload) = (
+        repo(&format!("{dir}/classes.yaml")),
+        repo(&format!("{dir}/pools.yaml")),
+        repo(&format!("{dir}/workload.yaml")),
+    );
+    let out = json(
+        ws.jointer(&[
+            "simulate",
+            "-o",
+            "json",
+            "--nodepools",
+            &classes,
+            &pools,
+            "--workload",
+            &workload,
+        ])
+        .succeeded(),
+    );
+    let claim = |pool: &str| {
+        out["nodeclaims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["nodepool"] == pool)
+            .unwrap_or_else(|| panic!("no NodeClaim of pool {pool}: {out}"))
+            .clone()
+    };
+    let (al2023, bottlerocket, windows) =
+        (claim("al2023"), claim("bottlerocket"), claim("windows"));
+    // m5.large: 8 GiB × 0.925 − (11 × pods + 255) Mi − 100 Mi eviction.
+    assert_eq!(al2023["memory_allocatable"], "6.74Gi");
+    assert_eq!(bottlerocket["memory_allocatable"], "5.87Gi");
+    assert_eq!(windows["memory_allocatable"], "5.87Gi");
+    for c in [&al2023, &bottlerocket, &windows] {
+        assert_eq!(c["pods_allocatable"], 110, "{c}");
+    }
+    assert!(windows["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p.as_str().unwrap_or_default().contains("iis")));
+    assert_eq!(out["unschedulable"].as_array().map(Vec::len), Some(0));
+}
+
 #[test]
 fn conflicting_overlays_are_refused_naming_both() {
     let ws = Workspace::new();

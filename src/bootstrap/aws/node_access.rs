@@ -2,6 +2,11 @@
 //! of type `EC2_LINUX` (a `STANDARD` entry leaves nodes NotReady/Unauthorized) when the
 //! cluster's authentication mode allows access entries, else a mapping in the `aws-auth`
 //! ConfigMap, merged with the mappings already there and never clobbering them.
+//!
+//! When a rendered EC2NodeClass uses a Windows AMI family, Windows nodes need what EKS gives
+//! only `EC2_WINDOWS` entries (or the `eks:kube-proxy-windows` group in aws-auth): the
+//! kube-proxy on Windows runs as the node. One principal has one entry, and an `EC2_WINDOWS`
+//! entry admits the role's Linux nodes as well, so the role's entry becomes `EC2_WINDOWS`.
 
 use std::collections::BTreeMap;
 
@@ -17,16 +22,43 @@ use super::propagation::retry_until_visible;
 use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
 use crate::input::config::NodeAccess;
 
-const ENTRY_TYPE: &str = "EC2_LINUX";
+const LINUX_ENTRY: &str = "EC2_LINUX";
+const WINDOWS_ENTRY: &str = "EC2_WINDOWS";
 const AWS_AUTH_NAMESPACE: &str = "kube-system";
 const AWS_AUTH: &str = "aws-auth";
 const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
 const NODE_GROUPS: [&str; 2] = ["system:bootstrappers", "system:nodes"];
+const WINDOWS_GROUP: &str = "eks:kube-proxy-windows";
+
+/// What the node role's access must allow: Linux nodes only, or Windows nodes too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nodes {
+    Linux,
+    WithWindows,
+}
+
+impl Nodes {
+    fn entry_type(self) -> &'static str {
+        match self {
+            Nodes::Linux => LINUX_ENTRY,
+            Nodes::WithWindows => WINDOWS_ENTRY,
+        }
+    }
+
+    fn groups(self) -> Vec<String> {
+        let mut groups: Vec<String> = NODE_GROUPS.iter().map(|g| g.to_string()).collect();
+        if self == Nodes::WithWindows {
+            groups.push(WINDOWS_GROUP.into());
+        }
+        groups
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum Action {
     CreateEntry {
         principal: String,
+        kind: &'static str,
         tags: BTreeMap<String, String>,
     },
     TagEntry {
@@ -36,6 +68,7 @@ pub enum Action {
     /// The type of an access entry cannot change: delete it and create it again.
     ReplaceEntry {
         principal: String,
+        kind: &'static str,
         tags: BTreeMap<String, String>,
     },
     DeleteEntry {
@@ -44,6 +77,7 @@ pub enum Action {
     /// Add or correct the node role's `mapRoles` entry.
     MapRole {
         role_arn: String,
+        nodes: Nodes,
     },
     UnmapRole {
         role_arn: String,
@@ -98,15 +132,30 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     } else {
         Observed::Mapping(get_mapping(ctx, &role_arn).await?)
     };
-    diff(&role_arn, &observed, &ctx.ownership, goal)
+    let nodes = if ctx.windows_nodes() {
+        Nodes::WithWindows
+    } else {
+        Nodes::Linux
+    };
+    diff(&role_arn, &observed, &ctx.ownership, goal, nodes)
 }
 
 /// The pure diff for the node role `role_arn`.
-pub fn diff(role_arn: &str, observed: &Observed, ours: &Ownership, goal: Goal) -> Result<StepPlan> {
+pub fn diff(
+    role_arn: &str,
+    observed: &Observed,
+    ours: &Ownership,
+    goal: Goal,
+    nodes: Nodes,
+) -> Result<StepPlan> {
     let mut plan = StepPlan::new(Step::NodeAccess);
     match observed {
-        Observed::Entry(entry) => diff_entry(role_arn, entry.as_ref(), ours, goal, &mut plan)?,
-        Observed::Mapping(mapping) => diff_mapping(role_arn, mapping.as_ref(), goal, &mut plan),
+        Observed::Entry(entry) => {
+            diff_entry(role_arn, entry.as_ref(), ours, goal, nodes, &mut plan)?
+        }
+        Observed::Mapping(mapping) => {
+            diff_mapping(role_arn, mapping.as_ref(), goal, nodes, &mut plan)
+        }
     }
     Ok(plan)
 }
@@ -137,9 +186,11 @@ fn diff_entry(
     entry: Option<&Entry>,
     ours: &Ownership,
     goal: Goal,
+    nodes: Nodes,
     plan: &mut StepPlan,
 ) -> Result<()> {
     let principal = principal.to_string();
+    let wanted = nodes.entry_type();
     let resource = format!("eks access entry {principal}");
     match (goal, entry) {
         (Goal::Converge, None) => plan.changes.push(
@@ -148,17 +199,23 @@ fn diff_entry(
                 &resource,
                 Action::CreateEntry {
                     principal,
+                    kind: wanted,
                     tags: ours.tags(),
                 },
             )
-            .detail(format!("type {ENTRY_TYPE}")),
+            .detail(format!("type {wanted}")),
         ),
         (Goal::Converge, Some(entry)) => {
             let kind = &entry.kind;
-            if kind != ENTRY_TYPE {
+            if kind != wanted {
                 if !owned(ours, &entry.tags) && !ours.adopt {
+                    let consequence = if kind == LINUX_ENTRY {
+                        "which Windows nodes cannot join with (a class uses a Windows AMI family)"
+                    } else {
+                        "which leaves nodes NotReady (Unauthorized)"
+                    };
                     bail!(
-                        "{resource} has type {kind}, which leaves nodes NotReady (Unauthorized), and jointer did not create it: delete it or re-run with --adopt to replace it with an {ENTRY_TYPE} entry"
+                        "{resource} has type {kind}, {consequence}, and jointer did not create it: delete it or re-run with --adopt to replace it with an {wanted} entry"
                     );
                 }
                 plan.changes.push(
@@ -167,14 +224,15 @@ fn diff_entry(
                         &resource,
                         Action::ReplaceEntry {
                             principal,
+                            kind: wanted,
                             tags: ours.tags(),
                         },
                     )
                     .field("type")
-                    .detail(format!("{kind} → {ENTRY_TYPE} (replaced)")),
+                    .detail(format!("{kind} → {wanted} (replaced)")),
                 );
             } else if !owned(ours, &entry.tags) {
-                // An EC2_LINUX entry for the node role is exactly what nodes need: use it,
+                // An entry of the right type for the node role is exactly what nodes need: use it,
                 // and take it over only when asked.
                 if ours.adopt {
                     plan.changes.push(
@@ -216,11 +274,11 @@ pub struct RoleMapping {
     pub groups: Vec<String>,
 }
 
-fn node_mapping(role_arn: &str) -> RoleMapping {
+fn node_mapping(role_arn: &str, nodes: Nodes) -> RoleMapping {
     RoleMapping {
         rolearn: role_arn.to_string(),
         username: NODE_USERNAME.to_string(),
-        groups: NODE_GROUPS.iter().map(|g| g.to_string()).collect(),
+        groups: nodes.groups(),
     }
 }
 
@@ -256,10 +314,16 @@ async fn get_mapping(ctx: &Context, role_arn: &str) -> Result<Option<RoleMapping
     Ok(mappings.into_iter().find(|m| m.rolearn == role_arn))
 }
 
-fn diff_mapping(role_arn: &str, current: Option<&RoleMapping>, goal: Goal, plan: &mut StepPlan) {
+fn diff_mapping(
+    role_arn: &str,
+    current: Option<&RoleMapping>,
+    goal: Goal,
+    nodes: Nodes,
+    plan: &mut StepPlan,
+) {
     let role_arn = role_arn.to_string();
     let resource = "configmap kube-system/aws-auth";
-    let wanted = node_mapping(&role_arn);
+    let wanted = node_mapping(&role_arn, nodes);
     match (goal, current) {
         (Goal::Converge, None) => plan.changes.push(
             Change::new(
@@ -267,6 +331,7 @@ fn diff_mapping(role_arn: &str, current: Option<&RoleMapping>, goal: Goal, plan:
                 resource,
                 Action::MapRole {
                     role_arn: role_arn.clone(),
+                    nodes,
                 },
             )
             .field("mapRoles")
@@ -278,12 +343,13 @@ fn diff_mapping(role_arn: &str, current: Option<&RoleMapping>, goal: Goal, plan:
                 resource,
                 Action::MapRole {
                     role_arn: role_arn.clone(),
+                    nodes,
                 },
             )
             .field("mapRoles")
             .detail(format!(
-                "{role_arn}: username {:?} groups {:?} → {NODE_USERNAME:?} {NODE_GROUPS:?}",
-                m.username, m.groups
+                "{role_arn}: username {:?} groups {:?} → {NODE_USERNAME:?} {:?}",
+                m.username, m.groups, wanted.groups
             )),
         ),
         (Goal::Remove, Some(_)) => plan.changes.push(
@@ -295,7 +361,7 @@ fn diff_mapping(role_arn: &str, current: Option<&RoleMapping>, goal: Goal, plan:
 
 /// Read, merge, write with the read's resourceVersion: a concurrent edit makes the write fail
 /// (409) instead of being overwritten, and the merge is retried on the fresh object.
-async fn edit_mappings(ctx: &Context, role_arn: &str, add: bool) -> Result<()> {
+async fn edit_mappings(ctx: &Context, role_arn: &str, add: Option<Nodes>) -> Result<()> {
     let api = aws_auth_api(ctx);
     for _ in 0..5 {
         let existing = api.get_opt(AWS_AUTH).await.context("reading aws-auth")?;
@@ -304,8 +370,8 @@ async fn edit_mappings(ctx: &Context, role_arn: &str, add: bool) -> Result<()> {
             None => Vec::new(),
         };
         mappings.retain(|m| m.rolearn != role_arn);
-        if add {
-            mappings.push(node_mapping(role_arn));
+        if let Some(nodes) = add {
+            mappings.push(node_mapping(role_arn, nodes));
         }
         let text = serde_yaml::to_string(&mappings)?;
         let result = match existing {
@@ -315,7 +381,7 @@ async fn edit_mappings(ctx: &Context, role_arn: &str, add: bool) -> Result<()> {
                     .insert("mapRoles".into(), text);
                 api.replace(AWS_AUTH, &PostParams::default(), &cm).await
             }
-            None if add => {
+            None if add.is_some() => {
                 let cm = ConfigMap {
                     metadata: kube::api::ObjectMeta {
                         name: Some(AWS_AUTH.into()),
@@ -341,6 +407,7 @@ async fn edit_mappings(ctx: &Context, role_arn: &str, add: bool) -> Result<()> {
 async fn create_entry(
     ctx: &Context,
     principal: &str,
+    kind: &str,
     tags: &BTreeMap<String, String>,
 ) -> Result<()> {
     // The node role may have been created a moment ago.
@@ -350,7 +417,7 @@ async fn create_entry(
             .create_access_entry()
             .cluster_name(&ctx.cluster.name)
             .principal_arn(principal)
-            .r#type(ENTRY_TYPE)
+            .r#type(kind)
             .set_tags(Some(tags.clone().into_iter().collect()))
             .send()
     })
@@ -375,15 +442,23 @@ async fn delete_entry(ctx: &Context, principal: &str) -> Result<()> {
 
 pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
     match action {
-        Action::CreateEntry { principal, tags } => create_entry(ctx, principal, tags).await,
+        Action::CreateEntry {
+            principal,
+            kind,
+            tags,
+        } => create_entry(ctx, principal, kind, tags).await,
         Action::TagEntry { arn, tags } => tag_eks_resource(&ctx.aws.eks, arn, tags).await,
-        Action::ReplaceEntry { principal, tags } => {
+        Action::ReplaceEntry {
+            principal,
+            kind,
+            tags,
+        } => {
             delete_entry(ctx, principal).await?;
-            create_entry(ctx, principal, tags).await
+            create_entry(ctx, principal, kind, tags).await
         }
         Action::DeleteEntry { principal } => delete_entry(ctx, principal).await,
-        Action::MapRole { role_arn } => edit_mappings(ctx, role_arn, true).await,
-        Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, false).await,
+        Action::MapRole { role_arn, nodes } => edit_mappings(ctx, role_arn, Some(*nodes)).await,
+        Action::UnmapRole { role_arn } => edit_mappings(ctx, role_arn, None).await,
     }
 }
 
@@ -418,21 +493,42 @@ mod tests {
 
     #[test]
     fn an_owned_ec2_linux_entry_or_the_node_mapping_is_in_sync() {
-        let plan = diff(ROLE, &entry(ENTRY_TYPE, true), &ours(false), Goal::Converge).unwrap();
+        let plan = diff(
+            ROLE,
+            &entry(LINUX_ENTRY, true),
+            &ours(false),
+            Goal::Converge,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert!(plan.changes.is_empty() && plan.warnings.is_empty());
-        let mapped = Observed::Mapping(Some(node_mapping(ROLE)));
-        let plan = diff(ROLE, &mapped, &ours(false), Goal::Converge).unwrap();
+        let mapped = Observed::Mapping(Some(node_mapping(ROLE, Nodes::Linux)));
+        let plan = diff(ROLE, &mapped, &ours(false), Goal::Converge, Nodes::Linux).unwrap();
         assert!(plan.changes.is_empty(), "{:?}", lines(&plan));
     }
 
     #[test]
     fn a_missing_entry_or_mapping_is_created() {
-        let plan = diff(ROLE, &Observed::Entry(None), &ours(false), Goal::Converge).unwrap();
+        let plan = diff(
+            ROLE,
+            &Observed::Entry(None),
+            &ours(false),
+            Goal::Converge,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!("+ eks access entry {ROLE}  (type EC2_LINUX)")]
         );
-        let plan = diff(ROLE, &Observed::Mapping(None), &ours(false), Goal::Converge).unwrap();
+        let plan = diff(
+            ROLE,
+            &Observed::Mapping(None),
+            &ours(false),
+            Goal::Converge,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
@@ -443,20 +539,28 @@ mod tests {
 
     #[test]
     fn a_wrong_type_or_mapping_is_updated_by_field() {
-        let plan = diff(ROLE, &entry("STANDARD", true), &ours(false), Goal::Converge).unwrap();
+        let plan = diff(
+            ROLE,
+            &entry("STANDARD", true),
+            &ours(false),
+            Goal::Converge,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
                 "~ eks access entry {ROLE}  type: STANDARD → EC2_LINUX (replaced)"
             )]
         );
-        let mut mapping = node_mapping(ROLE);
+        let mut mapping = node_mapping(ROLE, Nodes::Linux);
         mapping.groups = vec!["system:nodes".into()];
         let plan = diff(
             ROLE,
             &Observed::Mapping(Some(mapping)),
             &ours(false),
             Goal::Converge,
+            Nodes::Linux,
         )
         .unwrap();
         assert_eq!(plan.changes.len(), 1);
@@ -473,13 +577,21 @@ mod tests {
             &entry("STANDARD", false),
             &ours(false),
             Goal::Converge,
+            Nodes::Linux,
         )
         .unwrap_err();
         assert!(
             err.to_string().contains("jointer did not create it"),
             "{err}"
         );
-        let plan = diff(ROLE, &entry("STANDARD", false), &ours(true), Goal::Converge).unwrap();
+        let plan = diff(
+            ROLE,
+            &entry("STANDARD", false),
+            &ours(true),
+            Goal::Converge,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert_eq!(plan.changes[0].field.as_deref(), Some("type"));
     }
 
@@ -487,14 +599,22 @@ mod tests {
     fn a_foreign_ec2_linux_entry_is_used_with_a_warning_or_adopted() {
         let plan = diff(
             ROLE,
-            &entry(ENTRY_TYPE, false),
+            &entry(LINUX_ENTRY, false),
             &ours(false),
             Goal::Converge,
+            Nodes::Linux,
         )
         .unwrap();
         assert!(plan.changes.is_empty());
         assert_eq!(plan.warnings.len(), 1);
-        let plan = diff(ROLE, &entry(ENTRY_TYPE, false), &ours(true), Goal::Converge).unwrap();
+        let plan = diff(
+            ROLE,
+            &entry(LINUX_ENTRY, false),
+            &ours(true),
+            Goal::Converge,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
@@ -505,15 +625,85 @@ mod tests {
 
     #[test]
     fn teardown_deletes_an_owned_entry_and_the_mapping_but_not_a_foreign_entry() {
-        let plan = diff(ROLE, &entry(ENTRY_TYPE, true), &ours(false), Goal::Remove).unwrap();
+        let plan = diff(
+            ROLE,
+            &entry(LINUX_ENTRY, true),
+            &ours(false),
+            Goal::Remove,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert_eq!(lines(&plan), vec![format!("- eks access entry {ROLE}")]);
-        let plan = diff(ROLE, &entry(ENTRY_TYPE, false), &ours(false), Goal::Remove).unwrap();
+        let plan = diff(
+            ROLE,
+            &entry(LINUX_ENTRY, false),
+            &ours(false),
+            Goal::Remove,
+            Nodes::Linux,
+        )
+        .unwrap();
         assert!(plan.changes.is_empty());
-        let mapped = Observed::Mapping(Some(node_mapping(ROLE)));
-        let plan = diff(ROLE, &mapped, &ours(false), Goal::Remove).unwrap();
+        let mapped = Observed::Mapping(Some(node_mapping(ROLE, Nodes::Linux)));
+        let plan = diff(ROLE, &mapped, &ours(false), Goal::Remove, Nodes::Linux).unwrap();
         assert_eq!(
             lines(&plan),
             vec!["- configmap kube-system/aws-auth  mapRoles"]
+        );
+    }
+
+    #[test]
+    fn a_windows_class_makes_the_entry_ec2_windows_and_adds_the_kube_proxy_group() {
+        let plan = diff(
+            ROLE,
+            &Observed::Entry(None),
+            &ours(false),
+            Goal::Converge,
+            Nodes::WithWindows,
+        )
+        .unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![format!("+ eks access entry {ROLE}  (type EC2_WINDOWS)")]
+        );
+        let plan = diff(
+            ROLE,
+            &entry(LINUX_ENTRY, true),
+            &ours(false),
+            Goal::Converge,
+            Nodes::WithWindows,
+        )
+        .unwrap();
+        assert_eq!(
+            lines(&plan),
+            vec![format!(
+                "~ eks access entry {ROLE}  type: EC2_LINUX → EC2_WINDOWS (replaced)"
+            )]
+        );
+        let err = diff(
+            ROLE,
+            &entry(LINUX_ENTRY, false),
+            &ours(false),
+            Goal::Converge,
+            Nodes::WithWindows,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("Windows nodes cannot join"),
+            "{err}"
+        );
+        let linux_mapping = Observed::Mapping(Some(node_mapping(ROLE, Nodes::Linux)));
+        let plan = diff(
+            ROLE,
+            &linux_mapping,
+            &ours(false),
+            Goal::Converge,
+            Nodes::WithWindows,
+        )
+        .unwrap();
+        assert!(
+            lines(&plan)[0].contains("eks:kube-proxy-windows"),
+            "{:?}",
+            lines(&plan)
         );
     }
 }

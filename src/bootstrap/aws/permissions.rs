@@ -17,6 +17,8 @@ pub struct Scope {
     pub node_role_name: String,
     /// The interruption queue, when interruption handling is on.
     pub queue_name: Option<String>,
+    /// The users' own SSM parameters classes select AMIs by (`amiSelectorTerms[].ssmParameter`).
+    pub ssm_parameters: Vec<String>,
 }
 
 impl Scope {
@@ -326,11 +328,17 @@ fn resource_discovery(scope: &Scope) -> Document {
         vec!["*".into()],
     )
     .when("StringEquals", "aws:RequestedRegion", &[&scope.region]);
-    let ssm = Statement::allow(
-        "AllowSSMReadActions",
-        &["ssm:GetParameter"],
-        vec![scope.arn("ssm", &scope.region, "", "parameter/aws/service/*")],
-    );
+    // EKS's public AMI parameters, and exactly the users' own ones their classes name.
+    let mut parameters = vec![scope.arn("ssm", &scope.region, "", "parameter/aws/service/*")];
+    parameters.extend(scope.ssm_parameters.iter().map(|name| {
+        scope.arn(
+            "ssm",
+            &scope.region,
+            &scope.account,
+            &format!("parameter/{}", name.trim_start_matches('/')),
+        )
+    }));
+    let ssm = Statement::allow("AllowSSMReadActions", &["ssm:GetParameter"], parameters);
     let pricing = Statement::allow(
         "AllowPricingReadActions",
         &["pricing:GetProducts"],
@@ -474,6 +482,7 @@ mod tests {
             cluster: cluster.into(),
             node_role_name: format!("KarpenterNodeRole-{}", &cluster[..cluster.len().min(40)]),
             queue_name: Some(cluster[..cluster.len().min(80)].to_string()),
+            ssm_parameters: Vec::new(),
         }
     }
 
@@ -678,5 +687,24 @@ mod tests {
         );
         assert!(node_managed_policies(Partition::Aws, "1", true)[1]
             .ends_with(":1:policy/AmazonEKS_CNI_IPv6_Policy"));
+    }
+
+    #[test]
+    fn a_users_own_ami_parameter_is_readable_and_nothing_else_of_theirs() {
+        let mut s = scope("demo", "us-east-1");
+        s.ssm_parameters = vec!["/team/ami/golden".into()];
+        let policies = controller_policies(&s);
+        let statement = policies
+            .iter()
+            .flat_map(|p| p.document.statements.iter())
+            .find(|st| st.actions == ["ssm:GetParameter"])
+            .expect("an SSM statement");
+        assert_eq!(
+            statement.resources,
+            [
+                "arn:aws:ssm:us-east-1::parameter/aws/service/*",
+                "arn:aws:ssm:us-east-1:123456789012:parameter/team/ami/golden",
+            ]
+        );
     }
 }
