@@ -3,6 +3,7 @@
 //! (`tests/env/up.sh`, which `tests/run.sh` starts) take `support::testenv::TURN`; the rest
 //! run beside them.
 
+mod ami_families;
 mod bootstrap;
 mod bootstrap_cluster;
 mod cli;

@@ -20,7 +20,7 @@ use kube::discovery::ApiResource;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-const WORLD_LABEL: &str = "jointer.dev/world";
+pub(crate) const WORLD_LABEL: &str = "jointer.dev/world";
 
 pub(crate) fn dynamic(
     client: &kube::Client,
@@ -1012,7 +1012,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
 }
 
 /// This world's NodeClaims.
-async fn world_claims(client: &kube::Client, cluster: &str) -> Vec<DynamicObject> {
+pub(crate) async fn world_claims(client: &kube::Client, cluster: &str) -> Vec<DynamicObject> {
     nodeclaims(client)
         .list(&ListParams::default())
         .await
@@ -1057,7 +1057,7 @@ async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
         .expect("scale");
 }
 
-async fn all_running(pods: &Api<Pod>, selector: &str, n: usize) {
+pub(crate) async fn all_running(pods: &Api<Pod>, selector: &str, n: usize) {
     wait_for(
         &format!("{n} pods {selector} Running"),
         Duration::from_secs(180),
