@@ -8,7 +8,9 @@ body) and moto's answer comes back unchanged. It handles:
   security group, accessConfig.
 - Pricing GetProducts and EC2 DescribeSpotPriceHistory, from a price fixture (prices.json,
   replaceable at runtime with PUT /_gap/prices).
-- SSM GetParameter(s) for the EKS optimized AL2023 AMI parameters.
+- SSM GetParameter(s) for the public AMI parameters of the EKS AMI families (AL2023, AL2,
+  Bottlerocket, Windows), each naming a moto image of that family's name and architecture
+  (registered in moto when it has none); a test can move one with PUT /_gap/parameters.
 - EC2 CreateFleet Type=instant: picks overrides by the fixture prices, honours injected
   insufficient-capacity errors, launches through moto's RunInstances with the launch
   template's settings applied; a launch template targeting a capacity reservation launches
@@ -82,10 +84,33 @@ USAGE_PREFIX = {
     "ap-southeast-1": "APS1-", "ap-southeast-2": "APS2-", "ap-northeast-1": "APN1-",
     "ap-south-1": "APS3-", "ca-central-1": "CAN1-", "sa-east-1": "SAE1-",
 }
-EKS_AMI_PARAM = re.compile(
-    r"^/aws/service/eks/optimized-ami/(1\.(?:2[89]|3[0-5]))/amazon-linux-2023/"
-    r"(x86_64|arm64)/(standard|nvidia|neuron)/recommended(/image_id|/image_name|/release_version)?$"
-)
+# The EKS AMI families' public SSM parameters. One release of each exists: `recommended` /
+# `latest` is it, and it can also be named by its version; any other version does not exist.
+K8S_VERSIONS = tuple(f"1.{m}" for m in range(28, 36))
+AL2_VERSIONS = tuple(f"1.{m}" for m in range(28, 33))  # AL2 reached end of support after 1.32
+EKS_RELEASE = "v20261101"  # AL2023 and AL2
+BOTTLEROCKET_RELEASE = "1.50.0"
+BOTTLEROCKET_BUILD = "3c1d7a5e"  # the commit in Bottlerocket's image names
+WINDOWS_RELEASE = "2026.11.11"
+EKS_AMI_LEAF = r"(?P<leaf>/image_id|/image_name|/release_version)?$"
+AL2023_PARAM = re.compile(
+    r"^/aws/service/eks/optimized-ami/(?P<k>1\.\d+)/amazon-linux-2023/(?P<arch>x86_64|arm64)/"
+    r"(?P<variant>standard|nvidia|neuron)/"
+    r"(?:recommended|amazon-eks-node-al2023-(?P=arch)-(?P=variant)-(?P=k)-(?P<release>v\d+))"
+    + EKS_AMI_LEAF)
+AL2_PARAM = re.compile(
+    r"^/aws/service/eks/optimized-ami/(?P<k>1\.\d+)/amazon-linux-2(?P<suffix>|-arm64|-gpu)/"
+    r"(?:recommended|amazon-eks(?P=suffix)-node-(?P=k)-(?P<release>v\d+))" + EKS_AMI_LEAF)
+BOTTLEROCKET_PARAM = re.compile(
+    r"^/aws/service/bottlerocket/aws-k8s-(?P<k>1\.\d+)(?P<nvidia>-nvidia)?/(?P<arch>x86_64|arm64)/"
+    r"(?:latest|(?P<release>\d+\.\d+\.\d+))(?P<leaf>/image_id|/image_version)$")
+WINDOWS_PARAM = re.compile(
+    r"^/aws/service/ami-windows-latest/Windows_Server-(?P<year>2019|2022|2025)-English-Core-"
+    r"EKS_Optimized-(?P<k>1\.\d+)(?P<leaf>/image_id)$")
+# Every other name under these is one AWS does not publish (ParameterNotFound); the rest of
+# /aws/service/ (e.g. ami-amazon-linux-latest) is moto's.
+OWNED_PUBLIC_PARAM = re.compile(
+    r"^/aws/service/(?:eks/optimized-ami/|bottlerocket/|ami-windows-latest/[^/]*EKS_Optimized)")
 ACCESS_ENTRY_TYPES = {
     "STANDARD", "EC2_LINUX", "EC2_WINDOWS", "FARGATE_LINUX", "EC2", "HYBRID_LINUX",
     "HYPERPOD_LINUX",
@@ -357,6 +382,9 @@ class Gap:
         self._clients = {}
         self._itypes = {}  # instance type -> moto DescribeInstanceTypes record (or None)
         self._images = {}  # (region, image id) -> architecture
+        # Finding a family's image and registering it when missing is one step: two
+        # concurrent look-ups must not register it twice.
+        self.image_lock = threading.Lock()
         self.reset_cv = threading.Condition()
         self.resetting = False
         self.reset_state()
@@ -397,7 +425,11 @@ class Gap:
             # (region, cluster) -> {"oidc": False, "authenticationMode": ...}: how a test
             # makes DescribeCluster report a cluster moto cannot express.
             self.cluster_overrides = {}
-            self.ami_cache = {}
+            self.ami_cache = {}  # (region, family, variant, arch, k) -> (image id, name)
+            # Public parameters a test moved: name -> value; and every name's changes so far,
+            # name -> (version, time), so a moved parameter reports a new Version as SSM does.
+            self.parameter_overrides = {}
+            self.parameter_changes = {}
             self.calls = []
             self.clear_faults()
 
@@ -1158,53 +1190,141 @@ def handle_spot_price_history(gap, call):
 # ---- SSM ---------------------------------------------------------------------------------
 
 
-def eks_ami_image(gap, region, arch):
-    key = (region, arch)
+def parse_public_parameter(name):
+    """What a public AMI parameter name asks for: {family, variant, arch, k, leaf}, or None
+    when AWS publishes no such parameter."""
+    if m := AL2023_PARAM.match(name):
+        spec = {"family": "al2023", "variant": m.group("variant"), "arch": m.group("arch")}
+        if spec["variant"] == "neuron" and spec["arch"] != "x86_64":
+            return None
+        versions, releases = K8S_VERSIONS, (None, EKS_RELEASE)
+    elif m := AL2_PARAM.match(name):
+        suffix = m.group("suffix")
+        spec = {"family": "al2", "variant": "gpu" if suffix == "-gpu" else "standard",
+                "arch": "arm64" if suffix == "-arm64" else "x86_64"}
+        versions, releases = AL2_VERSIONS, (None, EKS_RELEASE)
+    elif m := BOTTLEROCKET_PARAM.match(name):
+        spec = {"family": "bottlerocket", "variant": "nvidia" if m.group("nvidia") else "standard",
+                "arch": m.group("arch")}
+        versions, releases = K8S_VERSIONS, (None, BOTTLEROCKET_RELEASE)
+    elif m := WINDOWS_PARAM.match(name):
+        spec = {"family": "windows", "variant": m.group("year"), "arch": "x86_64"}
+        versions, releases = K8S_VERSIONS, (None,)
+    else:
+        return None
+    release = m.groupdict().get("release")
+    if m.group("k") not in versions or release not in releases:
+        return None
+    return dict(spec, k=m.group("k"), leaf=m.group("leaf"))
+
+
+def image_recipe(spec):
+    """(name patterns of moto's built-in images that can stand for it, the name to register
+    when none does, windows?) for a family's image."""
+    family, variant, arch, k = spec["family"], spec["variant"], spec["arch"], spec["k"]
+    if family == "al2023":
+        builtin = ["al2023-ami-2023.*"] if variant == "standard" else []
+        return builtin, f"amazon-eks-node-al2023-{arch}-{variant}-{k}-{EKS_RELEASE}", False
+    if family == "al2":
+        if variant == "gpu":
+            return [], f"amazon-eks-gpu-node-{k}-{EKS_RELEASE}", False
+        builtin = [f"amzn2-ami-kernel-5.10-hvm-*-{arch}-gp2", f"amzn2-ami-hvm-*-{arch}-gp2"]
+        return builtin, f"amazon-eks{'-arm64' if arch == 'arm64' else ''}-node-{k}-{EKS_RELEASE}", False
+    if family == "bottlerocket":
+        nvidia = "-nvidia" if variant == "nvidia" else ""
+        machine = "aarch64" if arch == "arm64" else "x86_64"
+        return [], (f"bottlerocket-aws-k8s-{k}{nvidia}-{machine}-v{BOTTLEROCKET_RELEASE}-"
+                    f"{BOTTLEROCKET_BUILD}"), False
+    return [], f"Windows_Server-{variant}-English-Core-EKS_Optimized-{k}-{WINDOWS_RELEASE}", True
+
+
+def images_named(ec2, pattern, arch):
+    imgs = ec2.describe_images(Filters=[{"Name": "name", "Values": [pattern]},
+                                        {"Name": "architecture", "Values": [arch]}])["Images"]
+    return [i for i in imgs if i.get("Architecture") == arch]
+
+
+def family_image(gap, region, spec):
+    """(image id, name) of the moto image standing for a family's AMI: the newest built-in one
+    of a fitting name, else the one registered under the family's name (found by name, so a
+    restarted gap layer reuses what it registered before), else a new copy of a built-in image
+    of that architecture (and platform: CopyImage keeps both; RegisterImage drops them)."""
+    key = (region, spec["family"], spec["variant"], spec["arch"], spec["k"])
     with gap.lock:
         cached = gap.ami_cache.get(key)
     if cached:
         return cached
+    builtin, name, windows = image_recipe(spec)
+    arch = spec["arch"]
     ec2 = gap.client("ec2", region)
-    imgs = ec2.describe_images(Filters=[
-        {"Name": "architecture", "Values": [arch]},
-        {"Name": "name", "Values": ["al2023-ami-2023.*"]},
-    ])["Images"]
-    imgs = [i for i in imgs if i.get("Architecture") == arch]
-    if not imgs:
-        imgs = [i for i in ec2.describe_images(
-            Filters=[{"Name": "architecture", "Values": [arch]}])["Images"]
-            if i.get("Architecture") == arch]
-    if not imgs:
-        raise AwsError("InternalServerError", f"moto has no {arch} image to stand for the EKS AMI", 500)
-    best = max(imgs, key=lambda i: (i.get("Name", ""), i["ImageId"]))
-    result = (best["ImageId"], best.get("Name", ""))
-    with gap.lock:
-        gap.ami_cache[key] = result
+    with gap.image_lock:
+        with gap.lock:
+            cached = gap.ami_cache.get(key)
+        if cached:
+            return cached
+        for pattern in builtin:
+            imgs = images_named(ec2, pattern, arch)
+            if imgs:
+                best = max(imgs, key=lambda i: (i.get("Name", ""), i["ImageId"]))
+                break
+        else:
+            # Of duplicates (another gap layer raced this one), the oldest, as every caller picks.
+            found = sorted(images_named(ec2, name, arch),
+                           key=lambda i: (str(i.get("CreationDate", "")), i["ImageId"]))
+            best = found[0] if found else None
+            if best is None:
+                best = register_image(gap, ec2, region, name, arch, windows)
+        result = (best["ImageId"], best.get("Name", ""))
+        with gap.lock:
+            gap.ami_cache[key] = result
     return result
 
 
-def eks_parameter(gap, region, name):
-    m = EKS_AMI_PARAM.match(name)
-    if not m:
-        return None
-    version, arch, variant, leaf = m.groups()
-    if variant == "neuron" and arch != "x86_64":
-        return None
-    image_id, _ = eks_ami_image(gap, region, arch)
-    release = f"{version}.0-20261101"
-    image_name = f"amazon-eks-node-al2023-{arch}-{variant}-{version}-v20261101"
-    if leaf == "/image_id":
-        value = image_id
-    elif leaf == "/image_name":
-        value = image_name
-    elif leaf == "/release_version":
-        value = release
+def register_image(gap, ec2, region, name, arch, windows):
+    if windows:
+        sources = [i for i in ec2.describe_images(Filters=[
+            {"Name": "platform", "Values": ["windows"]},
+            {"Name": "architecture", "Values": [arch]}])["Images"] if i.get("Architecture") == arch]
+        sources.sort(key=lambda i: ("EKS_Optimized" not in i.get("Name", ""), i["ImageId"]))
     else:
-        value = json.dumps({"image_id": image_id, "image_name": image_name,
-                            "release_version": release}, separators=(",", ":"))
+        sources = images_named(ec2, "al2023-ami-2023.*", arch) or [
+            i for i in ec2.describe_images(Filters=[{"Name": "architecture", "Values": [arch]}])["Images"]
+            if i.get("Architecture") == arch and not i.get("Platform")]
+        sources.sort(key=lambda i: (i.get("Name", ""), i["ImageId"]), reverse=True)
+    if not sources:
+        raise AwsError("InternalServerError",
+                       f"moto has no {arch}{' Windows' if windows else ''} image to copy as {name}", 500)
+    image_id = ec2.copy_image(SourceImageId=sources[0]["ImageId"], SourceRegion=region, Name=name,
+                              Description=f"{name} (stands for the EKS AMI in the test environment)"
+                              )["ImageId"]
+    log(f"registered image {image_id} {name} ({arch}) in {region}, a copy of {sources[0]['ImageId']}")
+    return {"ImageId": image_id, "Name": name}
+
+
+def public_parameter(gap, region, name):
+    """The SSM parameter record of a public AMI parameter, or None when AWS has none such."""
+    spec = parse_public_parameter(name)
+    if spec is None:
+        return None
+    with gap.lock:
+        override = gap.parameter_overrides.get(name)
+        version, changed = gap.parameter_changes.get(name, (1, gap.prices_time))
+    if override is not None:
+        value = override
+    else:
+        image_id, image_name = family_image(gap, region, spec)
+        k, leaf = spec["k"], spec["leaf"]
+        release = f"{k}.0-{EKS_RELEASE[1:]}"
+        values = {"/image_id": image_id, "/image_name": image_name, "/release_version": release,
+                  "/image_version": f"{BOTTLEROCKET_RELEASE}-{BOTTLEROCKET_BUILD}"}
+        if leaf:
+            value = values[leaf]
+        else:
+            value = json.dumps({"image_id": image_id, "image_name": image_name,
+                                "release_version": release}, separators=(",", ":"))
     return {
-        "Name": name, "Type": "String", "Value": value, "Version": 1,
-        "LastModifiedDate": gap.prices_time, "ARN": f"arn:aws:ssm:{region}::parameter{name}",
+        "Name": name, "Type": "String", "Value": value, "Version": version,
+        "LastModifiedDate": changed, "ARN": f"arn:aws:ssm:{region}::parameter{name}",
         "DataType": "text",
     }
 
@@ -1213,19 +1333,20 @@ def handle_ssm(gap, call):
     body = call.json_body()
     ctype = "application/x-amz-json-1.1"
     if call.operation == "GetParameter":
-        param = eks_parameter(gap, call.region, body.get("Name", ""))
+        name = body.get("Name") or ""
+        param = public_parameter(gap, call.region, name)
         if param is None:
-            if (body.get("Name") or "").startswith("/aws/service/eks/optimized-ami/"):
+            if OWNED_PUBLIC_PARAM.match(name):
                 raise AwsError("ParameterNotFound", "")
             return None
         return json_response({"Parameter": param}, content_type=ctype)
     names = body.get("Names") or []
     ours, others, invalid = [], [], []
     for n in names:
-        p = eks_parameter(gap, call.region, n)
+        p = public_parameter(gap, call.region, n)
         if p is not None:
             ours.append(p)
-        elif n.startswith("/aws/service/eks/optimized-ami/"):
+        elif OWNED_PUBLIC_PARAM.match(n):
             invalid.append(n)
         else:
             others.append(n)
@@ -1243,6 +1364,19 @@ def handle_ssm(gap, call):
         out["Parameters"] += moto_out.get("Parameters", [])
         out["InvalidParameters"] += moto_out.get("InvalidParameters", [])
     return json_response(out, content_type=ctype)
+
+
+def set_parameter_override(gap, name, value):
+    """Moves (or, value None, puts back) a public parameter: SSM bumps its Version."""
+    with gap.lock:
+        if value is None and name not in gap.parameter_overrides:
+            return
+        if value is None:
+            gap.parameter_overrides.pop(name)
+        else:
+            gap.parameter_overrides[name] = value
+        version, _ = gap.parameter_changes.get(name, (1, None))
+        gap.parameter_changes[name] = (version + 1, time.time())
 
 
 # ---- CreateFleet (instant) ---------------------------------------------------------------
@@ -1755,6 +1889,27 @@ def handle_control(gap, method, path, body):
                 gap.prices = prices
                 gap.prices_time = time.time()
             return 200, {"regions": sorted(prices)}
+    if path == "/_gap/parameters":
+        if method == "GET":
+            with gap.lock:
+                return 200, dict(gap.parameter_overrides)
+        if method in ("PUT", "DELETE"):
+            spec = parse()
+            if not isinstance(spec, dict) or (method == "PUT" and "name" not in spec):
+                return 400, {"error": 'body must be {"name": "<public parameter>", "value": "<value>" or null}'}
+            name, value = spec.get("name"), spec.get("value") if method == "PUT" else None
+            if name is None and method == "DELETE":
+                with gap.lock:  # no name: every override goes
+                    for n in list(gap.parameter_overrides):
+                        set_parameter_override(gap, n, None)
+                    return 200, dict(gap.parameter_overrides)
+            if not isinstance(name, str) or parse_public_parameter(name) is None:
+                return 400, {"error": f"{name!r} is not a public parameter the gap layer serves"}
+            if value is not None and (not isinstance(value, str) or not value):
+                return 400, {"error": "value must be a non-empty string, or null to remove the override"}
+            set_parameter_override(gap, name, value)
+            with gap.lock:
+                return 200, dict(gap.parameter_overrides)
     if path == "/_gap/clusters" and method == "POST":
         spec = parse()
         if not isinstance(spec, dict) or not spec.get("cluster"):
@@ -1848,6 +2003,8 @@ class Handler(BaseHTTPRequestHandler):
                 gap.begin_reset()
                 try:
                     resp = gap.forward(call)
+                    with gap.lock:  # the images the gap layer registered are gone with moto's state
+                        gap.ami_cache = {}
                 finally:
                     gap.end_reset()
             else:

@@ -3,12 +3,14 @@ test environment's simulated nodes, and the cloud controller's node deletion.
 
 Every poll interval it lists the instances in moto that belong to the cluster (tag key
 kubernetes.io/cluster/<cluster>, or karpenter.sh/nodepool, present). For each instance
-that is running it waits the registration delay, reads and parses its user data (AL2023
-MIME multipart with an application/node.eks.aws NodeConfig part, or a bare NodeConfig),
-checks it the way nodeadm would, and registers a Node through the local API server as a
-kubelet would: name = private DNS name, providerID aws:///<zone>/<id>, the kubelet's and
-cloud provider's labels, --node-labels and --register-with-taints from the NodeConfig,
-capacity and allocatable from the instance type. The Node carries the annotation
+that is running it waits the registration delay, reads and parses its user data in the
+shape of its AMI family (AL2023: MIME multipart with an application/node.eks.aws NodeConfig
+part, or a bare NodeConfig; AL2: a shell script, or a MIME text/x-shellscript part, calling
+/etc/eks/bootstrap.sh; Bottlerocket: TOML settings; Windows: <powershell> calling
+Start-EKSBootstrap.ps1), checks it the way that AMI's boot would, and registers a Node
+through the local API server as a kubelet would: name = private DNS name, providerID
+aws:///<zone>/<id>, the kubelet's and cloud provider's labels, the user data's node labels
+and taints, capacity and allocatable from the instance type and the family's defaults. The Node carries the annotation
 kwok.x-k8s.io/node=fake, so kwok makes it Ready and runs its pods. When the instance is
 terminated (or gone from moto) the Node is deleted. An instance whose user data cannot be
 parsed or would not join is logged once and never joined.
@@ -27,8 +29,10 @@ import email.policy
 import json
 import os
 import re
+import shlex
 import sys
 import time
+import tomllib
 from urllib.parse import urlsplit
 
 import boto3
@@ -54,6 +58,11 @@ KUBELET_ALLOWED_LABELS = {
 }
 KUBELET_ALLOWED_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
+# The build (kernel version) of each EKS Windows AMI, which its node labels
+# node.kubernetes.io/windows-build with (less the revision).
+WINDOWS_BUILDS = {"2019": "10.0.17763", "2022": "10.0.20348", "2025": "10.0.26100"}
+# Images whose root device is /dev/xvda (the EKS AMIs and the Amazon Linux ones).
+EKS_LINUX_IMAGE = re.compile(r"^(amazon-eks-|al2023-ami-|amzn2-ami-)")
 
 
 def log(msg):
@@ -62,6 +71,10 @@ def log(msg):
 
 class Rejected(Exception):
     """The instance would not join (bad user data, nodeadm or kubelet would fail)."""
+
+    def __init__(self, message, family=None):
+        super().__init__(message)
+        self.family = family  # the AMI family whose user data this was, once known
 
 
 # ---- quantities --------------------------------------------------------------------------
@@ -93,29 +106,68 @@ def eks_kube_reserved_cpu_m(vcpus):
 
 
 # ---- user data ---------------------------------------------------------------------------
+#
+# Each family's user data comes down to one "boot" record: the family, the cluster it names
+# (name, endpoint, base64 CA, and what each is called in that family's user data, for the
+# messages), and what reaches the kubelet: labels, taints, max pods, pods per core, reserved
+# resources and hard eviction thresholds.
 
 
-def parse_user_data(raw):
-    """The merged NodeConfig spec from the instance's user data (bytes)."""
+def parse_user_data(raw, image_name=None):
+    """The boot record of the instance's user data (bytes). The user data decides the family:
+    a real instance runs whatever its user data is, and only the right shape boots."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise Rejected("user data is not UTF-8 text")
-    docs = []
+    if re.search(r"(?im)^\s*<powershell>", text):
+        return of_family("windows", windows_boot, text)
     if re.search(r"(?im)^content-type:\s*multipart/", text):
         msg = email.message_from_string(text, policy=email.policy.compat32)
         if not msg.is_multipart():
             raise Rejected("MIME user data without parts (check the boundary)")
+        docs, scripts = [], []
         for part in msg.walk():
+            payload = (part.get_payload(decode=True) or b"").decode("utf-8", "replace") \
+                if not part.is_multipart() else ""
             if part.get_content_type() == "application/node.eks.aws":
-                payload = part.get_payload(decode=True) or b""
-                docs.append(payload.decode("utf-8", "replace"))
-        if not docs:
-            raise Rejected("MIME user data has no application/node.eks.aws part")
-    elif re.search(r"(?m)^kind:\s*NodeConfig\s*$", text):
-        docs.append(text)
-    else:
-        raise Rejected("user data is neither AL2023 MIME multipart nor a NodeConfig")
+                docs.append(payload)
+            elif part.get_content_type() == "text/x-shellscript":
+                scripts.append(payload)
+        if docs:
+            return of_family("al2023", al2023_boot, docs)
+        # AL2: the controller's bootstrap.sh part comes after the user's own parts.
+        for script in reversed(scripts):
+            if of_family("al2", bootstrap_sh_call, script) is not None:
+                return of_family("al2", al2_boot, script)
+        raise Rejected("MIME user data has no application/node.eks.aws part (AL2023) and no "
+                       "text/x-shellscript part calling /etc/eks/bootstrap.sh (AL2)")
+    if re.search(r"(?m)^kind:\s*NodeConfig\s*$", text):
+        return of_family("al2023", al2023_boot, [text])
+    if text.startswith("#!"):
+        return of_family("al2", al2_boot, text)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # Not every unknown shape was meant for Bottlerocket: say so when nothing suggests it.
+        if (image_name or "").startswith("bottlerocket-") or re.search(r"(?m)^\s*\[\s*settings", text):
+            raise Rejected(f"Bottlerocket user data is not valid TOML: {e}", "bottlerocket")
+        raise Rejected("user data is none of AL2023 (MIME multipart or a NodeConfig), AL2 (a shell "
+                       "script calling /etc/eks/bootstrap.sh), Bottlerocket (TOML settings) or "
+                       "Windows (<powershell>)")
+    return of_family("bottlerocket", bottlerocket_boot, doc)
+
+
+def of_family(family, parse, *args):
+    """parse(*args), its refusals marked as the family's."""
+    try:
+        return parse(*args)
+    except Rejected as e:
+        e.family = e.family or family
+        raise
+
+
+def al2023_boot(docs):
     spec = {"cluster": {}, "kubelet": {"config": {}, "flags": []}}
     found = False
     for doc in docs:
@@ -137,11 +189,180 @@ def parse_user_data(raw):
             spec["kubelet"]["flags"] += [str(f) for f in (kubelet.get("flags") or [])]
     if not found:
         raise Rejected("no NodeConfig in the user data")
-    return spec
+    cluster = spec["cluster"]
+    # nodeadm's validation.
+    for field in ("name", "apiServerEndpoint", "certificateAuthority", "cidr"):
+        if not cluster.get(field):
+            raise Rejected(f"NodeConfig spec.cluster.{field} is missing (nodeadm refuses it)")
+    config = spec["kubelet"]["config"]
+    boot = flag_settings(spec["kubelet"]["flags"])
+    for t in config.get("registerWithTaints") or []:
+        if not isinstance(t, dict) or not t.get("key") or t.get("effect") not in TAINT_EFFECTS:
+            raise Rejected(f"registerWithTaints item {t!r} is invalid")
+        boot["taints"].append({k: t[k] for k in ("key", "value", "effect") if t.get(k)})
+    # A kubelet flag replaces its config field.
+    boot["max_pods"] = config.get("maxPods") or boot["max_pods"]
+    boot["pods_per_core"] = boot["pods_per_core"] or config.get("podsPerCore")
+    for key, field in (("kube_reserved", "kubeReserved"), ("system_reserved", "systemReserved"),
+                       ("eviction_hard", "evictionHard")):
+        boot[key] = boot[key] or dict(config.get(field) or {})
+    boot.update(family="al2023", cluster=cluster["name"], endpoint=cluster["apiServerEndpoint"],
+                ca=cluster["certificateAuthority"],
+                fields=("NodeConfig spec.cluster.name", "NodeConfig apiServerEndpoint",
+                        "NodeConfig certificateAuthority"))
+    return boot
 
 
-def parse_flags(flags):
-    labels, taints, max_pods = {}, [], None
+def bootstrap_sh_call(script):
+    """The arguments of the script's /etc/eks/bootstrap.sh call (the last one), or None."""
+    call = None
+    for line in re.sub(r"\\\r?\n", " ", script).splitlines():
+        if "/etc/eks/bootstrap.sh" not in line or line.lstrip().startswith("#"):
+            continue
+        try:
+            tokens = shlex.split(line)
+        except ValueError as e:
+            raise Rejected(f"the /etc/eks/bootstrap.sh line is not valid shell: {e}")
+        for i, tok in enumerate(tokens):
+            # As the command run, not as a word of another (echo, grep ...).
+            if tok.endswith("/etc/eks/bootstrap.sh") and (
+                    i == 0 or tokens[i - 1] in ("sudo", "bash", "sh", "exec", "&&", "||", ";", "then", "do")):
+                call = tokens[i + 1:]
+                break
+    return call
+
+
+def al2_boot(script):
+    args = bootstrap_sh_call(script)
+    if args is None:
+        raise Rejected("the shell script does not call /etc/eks/bootstrap.sh (an AL2 node would not join)")
+    opts, positional = {}, []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--"):
+            # Every bootstrap.sh option takes a value.
+            name, eq, value = arg.partition("=")
+            if not eq:
+                if i + 1 >= len(args):
+                    raise Rejected(f"bootstrap.sh option {name} has no value")
+                value, i = args[i + 1], i + 1
+            opts[name] = value
+        else:
+            positional.append(arg)
+        i += 1
+    if not positional:
+        raise Rejected("the bootstrap.sh call names no cluster (its first argument)")
+    for required in ("--apiserver-endpoint", "--b64-cluster-ca"):
+        if not opts.get(required):
+            raise Rejected(f"the bootstrap.sh call has no {required}")
+    try:
+        extra = shlex.split(opts.get("--kubelet-extra-args", ""))
+    except ValueError as e:
+        raise Rejected(f"bootstrap.sh --kubelet-extra-args is not valid shell words: {e}")
+    boot = flag_settings(extra)
+    boot.update(family="al2", cluster=positional[0], endpoint=opts["--apiserver-endpoint"],
+                ca=opts["--b64-cluster-ca"],
+                # Without its ENI-based maxPods, the kubelet's own default (110) applies.
+                use_max_pods=opts.get("--use-max-pods", "true").lower() != "false",
+                fields=("bootstrap.sh's cluster name", "bootstrap.sh --apiserver-endpoint",
+                        "bootstrap.sh --b64-cluster-ca"))
+    return boot
+
+
+def windows_boot(text):
+    m = re.search(r"(?is)<powershell>(.*?)</powershell>", text)
+    if not m:
+        raise Rejected("Windows user data has no <powershell>...</powershell> block")
+    call = re.search(r"(?im)^\s*&\s*(?:\$EKSBootstrapScriptFile|[\"']?[^\"'\r\n]*Start-EKSBootstrap\.ps1[\"']?)"
+                     r"[ \t]+(.*)$", m.group(1))
+    if not call:
+        raise Rejected("the PowerShell script does not call Start-EKSBootstrap.ps1 (& $EKSBootstrapScriptFile ...)")
+    rest, pos, params = call.group(1).rstrip(), 0, {}
+    param = re.compile(r"\s*-(\w+)(?:[ \t]+('(?:[^']|'')*'|\"[^\"]*\"|(?!-)\S+))?")
+    while rest[pos:].strip():
+        p = param.match(rest, pos)
+        if not p:
+            raise Rejected(f"cannot read the Start-EKSBootstrap.ps1 arguments at {rest[pos:pos + 40]!r}")
+        value = p.group(2)
+        if value and value[0] == "'":
+            value = value[1:-1].replace("''", "'")  # PowerShell doubles a quote to escape it
+        elif value and value[0] == '"':
+            value = value[1:-1]
+        params[p.group(1).lower()] = value  # PowerShell parameter names are case-insensitive
+        pos = p.end()
+    for required in ("EKSClusterName", "APIServerEndpoint", "Base64ClusterCA"):
+        if not params.get(required.lower()):
+            raise Rejected(f"Start-EKSBootstrap.ps1 is called without -{required}")
+    try:
+        extra = shlex.split(params.get("kubeletextraargs") or "")
+    except ValueError as e:
+        raise Rejected(f"-KubeletExtraArgs is not valid kubelet arguments: {e}")
+    boot = flag_settings(extra)
+    boot.update(family="windows", cluster=params["eksclustername"], endpoint=params["apiserverendpoint"],
+                ca=params["base64clusterca"],
+                fields=("-EKSClusterName", "-APIServerEndpoint", "-Base64ClusterCA"))
+    return boot
+
+
+def bottlerocket_boot(doc):
+    settings = doc.get("settings")
+    k8s = settings.get("kubernetes") if isinstance(settings, dict) else None
+    if not isinstance(k8s, dict):
+        raise Rejected("Bottlerocket user data has no [settings.kubernetes]")
+    for required in ("cluster-name", "api-server", "cluster-certificate"):
+        if not isinstance(k8s.get(required), str) or not k8s[required]:
+            raise Rejected(f"Bottlerocket settings.kubernetes.{required} is missing")
+
+    def table(key):
+        value = k8s.get(key) or {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise Rejected(f"Bottlerocket settings.kubernetes.{key} must be a table of strings")
+        return dict(value)
+
+    def count(key):
+        value = k8s.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise Rejected(f"Bottlerocket settings.kubernetes.{key} must be a whole number")
+        return value
+
+    taints = []
+    node_taints = k8s.get("node-taints") or {}
+    if not isinstance(node_taints, dict):
+        raise Rejected("Bottlerocket settings.kubernetes.node-taints must be a table")
+    for key, values in node_taints.items():
+        for item in values if isinstance(values, list) else [values]:
+            value, colon, effect = item.rpartition(":") if isinstance(item, str) else ("", "", "")
+            if not colon or effect not in TAINT_EFFECTS:
+                raise Rejected(f"Bottlerocket settings.kubernetes.node-taints.{key} item {item!r} "
+                               "is not value:Effect")
+            taints.append({"key": key, "value": value, "effect": effect} if value else
+                          {"key": key, "effect": effect})
+    return {"family": "bottlerocket", "cluster": k8s["cluster-name"], "endpoint": k8s["api-server"],
+            "ca": k8s["cluster-certificate"], "labels": table("node-labels"), "taints": taints,
+            "max_pods": count("max-pods"), "pods_per_core": count("pods-per-core"),
+            "kube_reserved": table("kube-reserved"), "system_reserved": table("system-reserved"),
+            "eviction_hard": table("eviction-hard"),
+            "fields": ("settings.kubernetes.cluster-name", "settings.kubernetes.api-server",
+                       "settings.kubernetes.cluster-certificate")}
+
+
+def key_values(value, sep, flag):
+    """`a=1,b=2` (or `a<1,b<2` for eviction thresholds) as a dict."""
+    out = {}
+    for item in filter(None, value.split(",")):
+        k, found, v = item.partition(sep)
+        if not found:
+            raise Rejected(f"{flag} item {item!r} is not key{sep}value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def flag_settings(flags):
+    """The kubelet flags the families pass (NodeConfig flags, --kubelet-extra-args,
+    -KubeletExtraArgs); others are ignored."""
+    boot = {"labels": {}, "taints": [], "max_pods": None, "pods_per_core": None,
+            "kube_reserved": {}, "system_reserved": {}, "eviction_hard": {}}
     i = 0
     while i < len(flags):
         flag = flags[i]
@@ -149,23 +370,34 @@ def parse_flags(flags):
         if not _ and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
             value, i = flags[i + 1], i + 1
         if name == "--node-labels":
-            for item in filter(None, value.split(",")):
-                k, eq, v = item.partition("=")
-                if not eq:
-                    raise Rejected(f"--node-labels item {item!r} is not key=value")
-                labels[k.strip()] = v.strip()
+            boot["labels"].update(key_values(value, "=", name))
         elif name == "--register-with-taints":
             for item in filter(None, value.split(",")):
                 kv, colon, effect = item.rpartition(":")
                 if not colon or effect not in TAINT_EFFECTS:
                     raise Rejected(f"--register-with-taints item {item!r} is not key[=value]:Effect")
                 k, _, v = kv.partition("=")
-                taints.append({"key": k, "value": v, "effect": effect} if v else
-                              {"key": k, "effect": effect})
-        elif name == "--max-pods":
-            max_pods = int(value)
+                boot["taints"].append({"key": k, "value": v, "effect": effect} if v else
+                                      {"key": k, "effect": effect})
+        elif name in ("--max-pods", "--pods-per-core"):
+            try:
+                boot[name[2:].replace("-", "_")] = int(value)
+            except ValueError:
+                raise Rejected(f"{name} {value!r} is not a number")
+        elif name == "--kube-reserved":
+            boot["kube_reserved"] = key_values(value, "=", name)
+        elif name == "--system-reserved":
+            boot["system_reserved"] = key_values(value, "=", name)
+        elif name == "--eviction-hard":
+            boot["eviction_hard"] = key_values(value, "<", name)
         i += 1
-    return labels, taints, max_pods
+    return boot
+
+
+def windows_year(image_name):
+    """The Windows Server version of an image, by its name (Windows_Server-2019-...)."""
+    m = re.search(r"Windows_Server-(2019|2022|2025)-", image_name or "")
+    return m.group(1) if m else "2022"
 
 
 def check_labels(labels):
@@ -204,6 +436,7 @@ class Simulator:
         self.state = {}  # instance id -> {"seen": t, "status": waiting|joined|rejected, "node": name}
         self.itypes = {}
         self.zone_ids = {}
+        self.images = {}  # image id -> name
         self.ready_written = False
         self.prev_poll = None
 
@@ -269,13 +502,24 @@ class Simulator:
                 self.zone_ids[z["ZoneName"]] = z.get("ZoneId")
         return self.zone_ids.get(zone)
 
-    def root_volume_gib(self, inst):
-        """The root volume's size (the kubelet's ephemeral storage); 20 GiB, the EKS AMI's
-        default, when moto does not say."""
-        root = inst.get("RootDeviceName")
+    def image_name(self, image_id):
+        """The name of the instance's image (None when moto no longer has it)."""
+        if image_id not in self.images:
+            try:
+                imgs = self.ec2.describe_images(ImageIds=[image_id])["Images"]
+            except botocore.exceptions.ClientError:
+                imgs = []
+            if not imgs:
+                return None  # not cached: a reset may bring it back under the same id
+            self.images[image_id] = imgs[0].get("Name")
+        return self.images[image_id]
+
+    def volume_gib(self, inst, device, default):
+        """The size of the volume mapped at `device` (any volume when None): where the kubelet
+        keeps its data, so its ephemeral storage; `default` when nothing is mapped there."""
         for bdm in inst.get("BlockDeviceMappings") or []:
             vid = (bdm.get("Ebs") or {}).get("VolumeId")
-            if vid and (root is None or bdm.get("DeviceName") == root):
+            if vid and (device is None or bdm.get("DeviceName") == device):
                 try:
                     vols = self.ec2.describe_volumes(VolumeIds=[vid])["Volumes"]
                 except botocore.exceptions.ClientError:
@@ -283,7 +527,7 @@ class Simulator:
                 if vols and vols[0].get("Size"):
                     return int(vols[0]["Size"])
                 break
-        return 20
+        return default
 
     # -- one pass --
 
@@ -368,10 +612,10 @@ class Simulator:
 
     def join(self, iid, inst, st):
         try:
-            node = self.node_for(iid, inst)
+            node, family = self.node_for(iid, inst)
         except Rejected as e:
             st["status"] = "rejected"
-            log(f"NOT joining {iid}: {e}")
+            log(f"NOT joining {iid}" + (f" ({e.family})" if e.family else "") + f": {e}")
             return
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
             log(f"cannot read {iid} from moto ({e}); will retry")
@@ -380,7 +624,7 @@ class Simulator:
         name = node["metadata"]["name"]
         if r.status_code in (200, 201):
             st.update(status="joined", node=name, joined=time.time())
-            log(f"joined {iid} as node {name} after {(time.time() - st['seen']) * 1000:.0f} ms: "
+            log(f"joined {iid} ({family}) as node {name} after {(time.time() - st['seen']) * 1000:.0f} ms: "
                 f"labels={node['metadata']['labels']} taints={node['spec'].get('taints', [])}")
         elif r.status_code == 409:
             st.update(status="joined", node=name)
@@ -397,31 +641,31 @@ class Simulator:
             raw = base64.b64decode(raw_b64)
         except (binascii.Error, ValueError):
             raise Rejected("user data is not base64")
-        spec = parse_user_data(raw)
-        cluster = spec["cluster"]
-        # nodeadm's validation, then what would make the kubelet fail to reach the cluster.
-        for field in ("name", "apiServerEndpoint", "certificateAuthority", "cidr"):
-            if not cluster.get(field):
-                raise Rejected(f"NodeConfig spec.cluster.{field} is missing (nodeadm refuses it)")
-        if not self.joins_cluster(cluster["name"], inst):
-            raise Rejected(f"NodeConfig names cluster {cluster['name']!r}, which is neither "
-                           f"{self.args.cluster!r} nor an EKS cluster in moto the instance is tagged for")
-        if cluster["apiServerEndpoint"].rstrip("/") != self.args.apiserver_url.rstrip("/"):
-            raise Rejected(f"NodeConfig apiServerEndpoint {cluster['apiServerEndpoint']!r} is not the "
-                           f"cluster's {self.args.apiserver_url!r}")
+        image = self.image_name(inst.get("ImageId")) or ""
+        boot = parse_user_data(raw, image)
         try:
-            ca = base64.b64decode(cluster["certificateAuthority"])
+            return self.node_of_boot(iid, inst, boot, image), boot["family"]
+        except Rejected as e:
+            e.family = e.family or boot["family"]
+            raise
+
+    def node_of_boot(self, iid, inst, boot, image):
+        family = boot["family"]
+        name_field, endpoint_field, ca_field = boot["fields"]
+        # What would make the kubelet fail to reach (or be let into) the cluster.
+        if not self.joins_cluster(boot["cluster"], inst):
+            raise Rejected(f"{name_field} {boot['cluster']!r} is neither {self.args.cluster!r} "
+                           f"nor an EKS cluster in moto the instance is tagged for")
+        if boot["endpoint"].rstrip("/") != self.args.apiserver_url.rstrip("/"):
+            raise Rejected(f"{endpoint_field} {boot['endpoint']!r} is not the cluster's "
+                           f"{self.args.apiserver_url!r}")
+        try:
+            ca = base64.b64decode(boot["ca"])
         except (binascii.Error, ValueError):
-            raise Rejected("NodeConfig certificateAuthority is not base64")
+            raise Rejected(f"{ca_field} is not base64")
         if ca.strip() != self.ca_pem.strip():
-            raise Rejected("NodeConfig certificateAuthority is not the cluster's CA")
-        config = spec["kubelet"]["config"]
-        labels_flag, taints, max_pods_flag = parse_flags(spec["kubelet"]["flags"])
-        check_labels(labels_flag)
-        for t in config.get("registerWithTaints") or []:
-            if not isinstance(t, dict) or not t.get("key") or t.get("effect") not in TAINT_EFFECTS:
-                raise Rejected(f"registerWithTaints item {t!r} is invalid")
-            taints.append({k: t[k] for k in ("key", "value", "effect") if t.get(k)})
+            raise Rejected(f"{ca_field} is not the cluster's CA")
+        check_labels(boot["labels"])
 
         itype_name = inst["InstanceType"]
         itype = self.instance_type(itype_name)
@@ -430,18 +674,43 @@ class Simulator:
         zone = inst["Placement"]["AvailabilityZone"]
         name = inst.get("PrivateDnsName") or f"ip-{inst.get('PrivateIpAddress', '0.0.0.0').replace('.', '-')}.ec2.internal"
         machine = inst.get("Architecture") or itype["ProcessorInfo"]["SupportedArchitectures"][0]
+        if family == "windows" and machine != "x86_64":
+            raise Rejected(f"Windows user data on an {machine} instance: the EKS Windows AMIs are x86_64 only")
         arch = {"x86_64": "amd64", "arm64": "arm64"}.get(machine, "amd64")
         vcpus = itype["VCpuInfo"]["DefaultVCpus"]
         nominal_mib = itype["MemoryInfo"]["SizeInMiB"]
         net = itype.get("NetworkInfo", {})
         eni_pods = net.get("MaximumNetworkInterfaces", 3) * (net.get("Ipv4AddressesPerInterface", 10) - 1) + 2
-        max_pods = config.get("maxPods") or max_pods_flag or min(eni_pods, 110 if vcpus < 30 else 250)
-        max_pods = int(max_pods)
+        eni_pods = min(eni_pods, 110 if vcpus < 30 else 250)
+
+        # Max pods: the user's, else the family's default; the kubelet then caps it at
+        # pods-per-core x cores. Kube-reserved memory is 11 MiB a pod + 255 MiB, counted from
+        # the ENI-limited max pods on AL2 and AL2023 (bootstrap.sh and nodeadm compute it from
+        # their ENI table, before the user's maxPods), from the node's max pods elsewhere.
+        if family == "windows":
+            default_pods = 110  # Windows pods do not take ENI addresses
+        elif family == "al2" and not boot.get("use_max_pods", True):
+            default_pods = 110  # --use-max-pods false: the kubelet's own default
+        else:
+            default_pods = eni_pods
+        max_pods = int(boot["max_pods"] or default_pods)
+        if boot["pods_per_core"]:
+            max_pods = min(max_pods, int(boot["pods_per_core"]) * vcpus)
+        reserve_pods = eni_pods if family in ("al2", "al2023") else max_pods
 
         # Capacity: what the kubelet reads from the machine. The kernel keeps part of the
         # nominal memory (MemTotal < nominal): modelled as a fixed share.
         mem_capacity = int(nominal_mib * (1 - self.args.memory_overhead_percent / 100.0)) * 1024 ** 2
-        ephemeral_gib = self.root_volume_gib(inst)
+        if family == "bottlerocket":
+            # The kubelet's data is on Bottlerocket's second volume; the first holds the OS.
+            ephemeral_gib = self.volume_gib(inst, "/dev/xvdb", 20)
+        elif family == "windows":
+            ephemeral_gib = self.volume_gib(inst, "/dev/sda1", 50)
+        else:
+            # The EKS and Amazon Linux images' root is /dev/xvda; the copies the gap layer
+            # registers say /dev/sda1, as moto gives every image it did not load itself.
+            root = "/dev/xvda" if EKS_LINUX_IMAGE.match(image) else inst.get("RootDeviceName")
+            ephemeral_gib = self.volume_gib(inst, root, 20)
         capacity = {"cpu": str(vcpus), "memory": f"{mem_capacity // 1024}Ki",
                     "pods": str(max_pods), "ephemeral-storage": f"{ephemeral_gib}Gi",
                     "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
@@ -449,15 +718,14 @@ class Simulator:
         if gpus:
             capacity["nvidia.com/gpu"] = str(gpus)
         # Allocatable = capacity - kubeReserved - systemReserved - evictionHard, with the EKS
-        # AMI defaults for whatever the NodeConfig does not set.
-        kube_reserved = config.get("kubeReserved") or {}
-        system_reserved = config.get("systemReserved") or {}
-        eviction = config.get("evictionHard") or {}
+        # AMI defaults for whatever the user data does not set.
+        kube_reserved, system_reserved = boot["kube_reserved"], boot["system_reserved"]
+        eviction = boot["eviction_hard"]
         cpu_m = vcpus * 1000
         cpu_m -= quantity(kube_reserved["cpu"]) * 1000 if "cpu" in kube_reserved else eks_kube_reserved_cpu_m(vcpus)
         cpu_m -= quantity(system_reserved.get("cpu", "0")) * 1000
         mem = mem_capacity
-        mem -= quantity(kube_reserved["memory"]) if "memory" in kube_reserved else (11 * max_pods + 255) * 1024 ** 2
+        mem -= quantity(kube_reserved["memory"]) if "memory" in kube_reserved else (11 * reserve_pods + 255) * 1024 ** 2
         mem -= quantity(system_reserved.get("memory", "0"))
         evict_mem = eviction.get("memory.available", "100Mi")
         mem -= mem_capacity * float(evict_mem[:-1]) / 100 if evict_mem.endswith("%") else quantity(evict_mem)
@@ -473,21 +741,25 @@ class Simulator:
 
         region = self.args.region
         lifecycle = inst.get("InstanceLifecycle") or "on-demand"
+        os_name = "windows" if family == "windows" else "linux"
         labels = {
-            "kubernetes.io/arch": arch, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": arch, "kubernetes.io/os": os_name,
             "kubernetes.io/hostname": name,
             "node.kubernetes.io/instance-type": itype_name,
             "topology.kubernetes.io/region": region, "topology.kubernetes.io/zone": zone,
-            "beta.kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": arch, "beta.kubernetes.io/os": os_name,
             "beta.kubernetes.io/instance-type": itype_name,
             "failure-domain.beta.kubernetes.io/region": region,
             "failure-domain.beta.kubernetes.io/zone": zone,
             "karpenter.sh/capacity-type": "spot" if lifecycle == "spot" else "on-demand",
         }
+        os_image, kernel, runtime = self.os_of(family, image, machine)
+        if family == "windows":
+            labels["node.kubernetes.io/windows-build"] = WINDOWS_BUILDS[windows_year(image)]
         zid = self.zone_id(zone)
         if zid:
             labels["topology.k8s.aws/zone-id"] = zid
-        labels.update(labels_flag)
+        labels.update(boot["labels"])
         addresses = []
         if inst.get("PrivateIpAddress"):
             addresses.append({"type": "InternalIP", "address": inst["PrivateIpAddress"]})
@@ -507,17 +779,32 @@ class Simulator:
             "status": {
                 "capacity": capacity, "allocatable": allocatable, "addresses": addresses,
                 "nodeInfo": {
-                    "architecture": arch, "operatingSystem": "linux",
-                    "osImage": "Amazon Linux 2023.9.20261101", "kernelVersion": f"6.12.46-66.121.amzn2023.{machine}",
-                    "containerRuntimeVersion": "containerd://2.1.4", "kubeletVersion": self.args.kubelet_version,
+                    "architecture": arch, "operatingSystem": os_name,
+                    "osImage": os_image, "kernelVersion": kernel,
+                    "containerRuntimeVersion": runtime, "kubeletVersion": self.args.kubelet_version,
                     "kubeProxyVersion": "", "machineID": iid.replace("-", ""), "systemUUID": iid,
                     "bootID": iid,
                 },
             },
         }
-        if taints:
-            node["spec"]["taints"] = taints
+        if boot["taints"]:
+            node["spec"]["taints"] = boot["taints"]
         return node
+
+    def os_of(self, family, image, machine):
+        """(osImage, kernelVersion, containerRuntimeVersion) a kubelet of the family reports."""
+        if family == "al2":
+            return "Amazon Linux 2", f"5.10.240-238.959.amzn2.{machine}", "containerd://1.7.27"
+        if family == "bottlerocket":
+            m = re.match(r"bottlerocket-(aws-k8s-\d+\.\d+(?:-nvidia)?)-", image)
+            minor = ".".join(self.args.kubelet_version.lstrip("v").split(".")[:2])
+            variant = m.group(1) if m else f"aws-k8s-{minor}"
+            return f"Bottlerocket OS 1.50.0 ({variant})", "6.12.46", "containerd://2.1.4+bottlerocket"
+        if family == "windows":
+            year = windows_year(image)
+            return f"Windows Server {year} Datacenter", f"{WINDOWS_BUILDS[year]}.4294", "containerd://1.7.27"
+        return ("Amazon Linux 2023.9.20261101", f"6.12.46-66.121.amzn2023.{machine}",
+                "containerd://2.1.4")
 
     def run(self):
         while True:

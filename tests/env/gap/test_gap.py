@@ -468,6 +468,133 @@ def ssm_eks_ami_parameters():
     assert rel.startswith("1.34")
 
 
+AL2023_PARAM = "/aws/service/eks/optimized-ami/{k}/amazon-linux-2023/{arch}/{variant}/recommended/image_id"
+AL2_PARAM = "/aws/service/eks/optimized-ami/{k}/amazon-linux-2{suffix}/recommended/image_id"
+BOTTLEROCKET_PARAM = "/aws/service/bottlerocket/aws-k8s-{k}{nvidia}/{arch}/{release}/image_id"
+WINDOWS_PARAM = "/aws/service/ami-windows-latest/Windows_Server-{year}-English-Core-EKS_Optimized-{k}/image_id"
+
+
+def image_of(ssm, ec2, name):
+    image = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    (img,) = ec2.describe_images(ImageIds=[image])["Images"]
+    return img
+
+
+@test
+def ssm_public_parameters_of_every_family():
+    ssm, ec2 = client("ssm"), client("ec2")
+    # (parameter, image name prefix, architecture, platform)
+    cases = [
+        (AL2023_PARAM.format(k="1.34", arch="x86_64", variant="standard"), "al2023-ami-2023.", "x86_64", None),
+        (AL2023_PARAM.format(k="1.34", arch="arm64", variant="standard"), "al2023-ami-2023.", "arm64", None),
+        (AL2023_PARAM.format(k="1.34", arch="x86_64", variant="nvidia"),
+         "amazon-eks-node-al2023-x86_64-nvidia-1.34-v20261101", "x86_64", None),
+        (AL2023_PARAM.format(k="1.34", arch="arm64", variant="nvidia"),
+         "amazon-eks-node-al2023-arm64-nvidia-1.34-v20261101", "arm64", None),
+        (AL2023_PARAM.format(k="1.34", arch="x86_64", variant="neuron"),
+         "amazon-eks-node-al2023-x86_64-neuron-1.34-v20261101", "x86_64", None),
+        ("/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/"
+         "amazon-eks-node-al2023-x86_64-standard-1.34-v20261101/image_id", "al2023-ami-2023.", "x86_64", None),
+        (AL2_PARAM.format(k="1.32", suffix=""), "amzn2-ami-", "x86_64", None),
+        (AL2_PARAM.format(k="1.28", suffix="-arm64"), "amzn2-ami-", "arm64", None),
+        (AL2_PARAM.format(k="1.32", suffix="-gpu"), "amazon-eks-gpu-node-1.32-v20261101", "x86_64", None),
+        ("/aws/service/eks/optimized-ami/1.32/amazon-linux-2-arm64/amazon-eks-arm64-node-1.32-v20261101/image_id",
+         "amzn2-ami-", "arm64", None),
+        (BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="x86_64", release="latest"),
+         "bottlerocket-aws-k8s-1.34-x86_64-v1.50.0-", "x86_64", None),
+        (BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="arm64", release="latest"),
+         "bottlerocket-aws-k8s-1.34-aarch64-v1.50.0-", "arm64", None),
+        (BOTTLEROCKET_PARAM.format(k="1.35", nvidia="-nvidia", arch="x86_64", release="1.50.0"),
+         "bottlerocket-aws-k8s-1.35-nvidia-x86_64-v1.50.0-", "x86_64", None),
+        (BOTTLEROCKET_PARAM.format(k="1.34", nvidia="-nvidia", arch="arm64", release="latest"),
+         "bottlerocket-aws-k8s-1.34-nvidia-aarch64-v1.50.0-", "arm64", None),
+    ] + [(WINDOWS_PARAM.format(year=y, k="1.34"), f"Windows_Server-{y}-English-Core-EKS_Optimized-1.34-",
+          "x86_64", "windows") for y in ("2019", "2022", "2025")]
+    ids = {}
+    for name, prefix, arch, platform in cases:
+        img = image_of(ssm, ec2, name)
+        assert img["Name"].startswith(prefix), (name, img["Name"])
+        assert img["Architecture"] == arch and img.get("Platform") == platform, (name, img)
+        ids[name] = img["ImageId"]
+    # Variants are images of their own, so a test sees which one was picked; asking again
+    # (a cache) or finding by name (a restarted gap layer) gives the same image, never a second.
+    std, nvidia = cases[0][0], cases[2][0]
+    assert len({ids[std], ids[nvidia], ids[cases[4][0]]}) == 3
+    br_nvidia = image_of(ssm, ec2, BOTTLEROCKET_PARAM.format(k="1.34", nvidia="-nvidia", arch="x86_64",
+                                                             release="latest"))
+    assert br_nvidia["Name"].startswith("bottlerocket-aws-k8s-1.34-nvidia-x86_64-")
+    assert br_nvidia["ImageId"] != ids[cases[10][0]]
+    assert ids[cases[5][0]] == ids[std]
+    assert image_of(ssm, ec2, nvidia)["ImageId"] == ids[nvidia]
+    assert len(ec2.describe_images(Filters=[{"Name": "name", "Values": [image_of(ssm, ec2, nvidia)["Name"]]}])
+               ["Images"]) == 1
+    assert ssm.get_parameter(Name=BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="x86_64", release="latest")
+                             .replace("/image_id", "/image_version"))["Parameter"]["Value"].startswith("1.50.0-")
+    assert ssm.get_parameter(Name=AL2_PARAM.format(k="1.30", suffix="").replace("/image_id", "/release_version")
+                             )["Parameter"]["Value"].startswith("1.30.")
+    # What EKS does not publish: AL2 after 1.32, other releases, neuron on arm64, unknown versions.
+    missing = [
+        AL2_PARAM.format(k="1.33", suffix=""), AL2_PARAM.format(k="1.35", suffix="-gpu"),
+        AL2_PARAM.format(k="1.34", suffix="-arm64"),
+        "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/"
+        "amazon-eks-node-al2023-x86_64-standard-1.34-v20250101/image_id",
+        "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/"
+        "amazon-eks-node-al2023-arm64-standard-1.34-v20261101/image_id",
+        AL2023_PARAM.format(k="1.34", arch="arm64", variant="neuron"),
+        AL2023_PARAM.format(k="1.27", arch="x86_64", variant="standard"),
+        BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="x86_64", release="v1.50.0"),
+        BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="x86_64", release="1.49.0"),
+        BOTTLEROCKET_PARAM.format(k="1.36", nvidia="", arch="x86_64", release="latest"),
+        WINDOWS_PARAM.format(year="2016", k="1.34"), WINDOWS_PARAM.format(year="2022", k="1.99"),
+    ]
+    for name in missing:
+        expect_error("ParameterNotFound", 400, ssm.get_parameter, Name=name)
+    # GetParameters: found ones, unknown public ones and a user's own (moto's) in one call.
+    ssm.put_parameter(Name="/jointer-test/ami", Value=ids[std], Type="String", Overwrite=True)
+    al2, br = cases[6][0], cases[10][0]
+    out = ssm.get_parameters(Names=[al2, missing[0], "/jointer-test/ami", br, missing[7], "/jointer-test/none"])
+    assert sorted(p["Name"] for p in out["Parameters"]) == sorted([al2, br, "/jointer-test/ami"]), out
+    assert sorted(out["InvalidParameters"]) == sorted([missing[0], missing[7], "/jointer-test/none"]), out
+    assert {p["Name"]: p["Value"] for p in out["Parameters"]}[br] == ids[br]
+    assert ssm.get_parameter(Name="/jointer-test/ami")["Parameter"]["Value"] == ids[std]
+
+
+@test
+def ssm_parameter_overrides():
+    ssm = client("ssm")
+    br = BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="x86_64", release="latest")
+    al2023 = AL2023_PARAM.format(k="1.34", arch="x86_64", variant="standard")
+    before = ssm.get_parameter(Name=br)["Parameter"]
+    assert control("GET", "/_gap/parameters") == (200, {})
+    st, body = control("PUT", "/_gap/parameters", {"name": br, "value": "ami-0123456789abcdef0"})
+    assert st == 200 and body == {br: "ami-0123456789abcdef0"}, body
+    moved = ssm.get_parameter(Name=br)["Parameter"]
+    assert moved["Value"] == "ami-0123456789abcdef0" and moved["Version"] == before["Version"] + 1, moved
+    out = ssm.get_parameters(Names=[br, al2023])["Parameters"]
+    assert {p["Name"]: p["Value"] for p in out}[br] == "ami-0123456789abcdef0"
+    # Other names of the same image do not move with it.
+    assert ssm.get_parameter(Name=br.replace("/latest/", "/1.50.0/"))["Parameter"]["Value"] == before["Value"]
+    control("PUT", "/_gap/parameters", {"name": al2023, "value": "ami-0fedcba9876543210"})
+    assert ssm.get_parameter(Name=al2023)["Parameter"]["Value"] == "ami-0fedcba9876543210"
+    # value null puts it back (a new version again), DELETE by name too.
+    st, body = control("PUT", "/_gap/parameters", {"name": br, "value": None})
+    assert st == 200 and body == {al2023: "ami-0fedcba9876543210"}, body
+    back = ssm.get_parameter(Name=br)["Parameter"]
+    assert back["Value"] == before["Value"] and back["Version"] == before["Version"] + 2, back
+    assert control("DELETE", "/_gap/parameters", {"name": al2023}) == (200, {})
+    # Only parameters the gap layer serves can be moved.
+    for bad in [{"name": AL2_PARAM.format(k="1.33", suffix=""), "value": "ami-1"},
+                {"name": "/jointer-test/mine", "value": "ami-1"}, {"name": br, "value": 3}, {"value": "x"}]:
+        assert control("PUT", "/_gap/parameters", bad)[0] == 400, bad
+    # Reset clears every override (and the world goes with it: rebuild it).
+    control("PUT", "/_gap/parameters", {"name": br, "value": "ami-0123456789abcdef0"})
+    assert control("POST", "/_gap/reset")[0] == 200
+    assert control("GET", "/_gap/parameters") == (200, {})
+    world()
+    assert ssm.get_parameter(Name=br)["Parameter"]["Value"].startswith("ami-")
+    assert ssm.get_parameter(Name=br)["Parameter"]["Value"] != "ami-0123456789abcdef0"
+
+
 def fleet_setup(ec2, iam, ssm, w, user_data_text="#!/bin/bash\necho not a node\n"):
     _, _, profile = node_role(iam)
     # moto attaches the profile by ARN once IAM can see it; give the new profile its moment.
@@ -813,6 +940,300 @@ def node_join_spot_and_refusals():
     finally:
         ec2.terminate_instances(InstanceIds=list(instances.values()))
     wait_for("the spot Node to go", 30, lambda: node_of(instances["spot"]) is None)
+
+
+def run_instance(ec2, w, image, data, itype="m5.large", volumes=None, zone="us-east-1a"):
+    """One instance of the cluster, launched by RunInstances itself (no launch template)."""
+    kwargs = {}
+    if volumes:
+        kwargs["BlockDeviceMappings"] = [{"DeviceName": d, "Ebs": {"VolumeSize": gib, "VolumeType": "gp3"}}
+                                         for d, gib in volumes.items()]
+    return ec2.run_instances(
+        ImageId=image, InstanceType=itype, MinCount=1, MaxCount=1, UserData=data,
+        SubnetId=w["subnets"]["private"][zone], SecurityGroupIds=[w["securityGroups"]["node"]],
+        TagSpecifications=[{"ResourceType": "instance",
+                            "Tags": [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}],
+        **kwargs)["Instances"][0]["InstanceId"]
+
+
+def joined_nodes(ec2, instances, refused):
+    """Waits for the Nodes of `instances` (case -> id) and for the simulator to refuse every
+    one of `refused`; answers case -> Node."""
+    nodes = {}
+    for case, iid in instances.items():
+        nodes[case] = wait_for(f"the {case} Node to be Ready", 30,
+                               lambda: (lambda n: n if is_ready(n) else None)(node_of(iid)))
+    log_path = os.path.join(RUN_DIR, "logs", "nodejoin.log")
+    for case, iid in refused.items():
+        wait_for(f"the simulator to refuse {case}", 15,
+                 lambda: f"NOT joining {iid}" in open(log_path, encoding="utf-8").read())
+        assert node_of(iid) is None, case
+    return nodes
+
+
+def refusal(iid):
+    log_path = os.path.join(RUN_DIR, "logs", "nodejoin.log")
+    return [line for line in open(log_path, encoding="utf-8") if f"NOT joining {iid}" in line][-1]
+
+
+def own_taints(node):
+    """The taints the user data asked for: not those the node lifecycle controller adds
+    (node.kubernetes.io/not-ready) until kwok reports the node Ready."""
+    return [t for t in node["spec"].get("taints", []) if not t["key"].startswith("node.kubernetes.io/")]
+
+
+def kib(q):
+    """A memory quantity in KiB (the API server may answer 7782Mi for 7969177Ki)."""
+    units = {"Ki": 1, "Mi": 1024, "Gi": 1024 ** 2}
+    if q[-2:] in units:
+        return int(q[:-2]) * units[q[-2:]]
+    assert q.isdigit(), q
+    return int(q) // 1024
+
+
+def assert_reserved_memory(node, kube_reserved_mib, eviction_mib=100):
+    """allocatable memory = capacity - kube-reserved - the 100Mi hard eviction threshold."""
+    cap, alloc = node["status"]["capacity"], node["status"]["allocatable"]
+    got = kib(cap["memory"]) - kib(alloc["memory"])
+    assert got == (kube_reserved_mib + eviction_mib) * 1024, (got / 1024, kube_reserved_mib)
+
+
+def bottlerocket_data(cluster, extra=""):
+    return f'''[settings.kubernetes]
+api-server = "{cluster['endpoint']}"
+cluster-certificate = "{cluster['certificateAuthority']['data']}"
+cluster-name = "{cluster['name']}"
+cluster-dns-ip = "10.96.0.10"
+{extra}
+'''
+
+
+@test
+def node_join_bottlerocket():
+    ec2, ssm, eks = client("ec2"), client("ssm"), client("eks")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
+    image = ssm.get_parameter(Name=BOTTLEROCKET_PARAM.format(k="1.34", nvidia="", arch="x86_64",
+                                                             release="latest"))["Parameter"]["Value"]
+    good = bottlerocket_data(cluster, '''max-pods = 29
+pods-per-core = 10
+
+[settings.kubernetes.node-labels]
+"karpenter.sh/nodepool" = "general"
+"jointer.dev/test" = "bottlerocket"
+
+[settings.kubernetes.node-taints]
+"dedicated" = ["spot:NoSchedule"]
+"karpenter.sh/unregistered" = [":NoExecute"]
+
+[settings.kubernetes.kube-reserved]
+cpu = "70m"
+[settings.kubernetes.system-reserved]
+[settings.kubernetes.eviction-hard]
+"memory.available" = "100Mi"
+
+[settings.host-containers.admin]
+enabled = true
+''')
+    defaults = bottlerocket_data(cluster)
+    instances, refused = {}, {}
+    try:
+        instances["custom"] = run_instance(ec2, w, image, good, volumes={"/dev/xvda": 4, "/dev/xvdb": 30})
+        instances["defaults"] = run_instance(ec2, w, image, defaults, itype="m5.xlarge")
+        refused["broken TOML"] = run_instance(ec2, w, image, good.replace("[settings.kubernetes]", "[settings.kubernetes"))
+        refused["no cluster-name"] = run_instance(ec2, w, image, good.replace("cluster-name =", "# cluster-name ="))
+        refused["bad taint"] = run_instance(ec2, w, image, good.replace('["spot:NoSchedule"]', '["spot"]'))
+        refused["bad label"] = run_instance(ec2, w, image, good + '\n[settings.kubernetes.node-labels]\n')
+        refused["kubelet label"] = run_instance(ec2, w, image, good.replace(
+            '"jointer.dev/test" = "bottlerocket"', '"kubernetes.io/role" = "worker"'))
+        nodes = joined_nodes(ec2, instances, refused)
+        node = nodes["custom"]
+        labels, info = node["metadata"]["labels"], node["status"]["nodeInfo"]
+        assert labels["karpenter.sh/nodepool"] == "general" and labels["jointer.dev/test"] == "bottlerocket"
+        assert labels["kubernetes.io/os"] == "linux" and labels["kubernetes.io/arch"] == "amd64"
+        assert own_taints(node) == [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"},
+                                          {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}], node["spec"]
+        assert info["osImage"] == "Bottlerocket OS 1.50.0 (aws-k8s-1.34)" and info["operatingSystem"] == "linux", info
+        assert info["containerRuntimeVersion"].startswith("containerd://")
+        cap, alloc = node["status"]["capacity"], node["status"]["allocatable"]
+        # max-pods 29, capped by pods-per-core: 10 x 2 cores; kube-reserved memory from those 20.
+        assert cap["pods"] == "20" and alloc["cpu"] == "1930m", (cap, alloc)
+        assert_reserved_memory(node, 11 * 20 + 255)
+        assert cap["ephemeral-storage"] == "30Gi", cap  # the second volume, not the 4 GiB root
+        # No max-pods: ENI-limited (m5.xlarge: 4 ENIs x 14 addresses -> 58); no second volume: 20 GiB.
+        d = nodes["defaults"]
+        assert d["status"]["capacity"]["pods"] == "58" and d["status"]["capacity"]["ephemeral-storage"] == "20Gi"
+        assert_reserved_memory(d, 11 * 58 + 255)
+        assert own_taints(d) == []
+        assert "(bottlerocket): Bottlerocket user data is not valid TOML" in refusal(refused["broken TOML"])
+        assert "cluster-name is missing" in refusal(refused["no cluster-name"])
+        assert "is not value:Effect" in refusal(refused["bad taint"])
+        assert "not valid TOML" in refusal(refused["bad label"])  # the table twice
+        assert "kubelet refuses" in refusal(refused["kubelet label"])
+    finally:
+        ec2.terminate_instances(InstanceIds=list(instances.values()) + list(refused.values()))
+    for case, iid in instances.items():
+        wait_for(f"the {case} Node to go", 30, lambda: node_of(iid) is None)
+
+
+AL2_USER_PART = """--BOUNDARY
+Content-Type: text/x-shellscript; charset="us-ascii"
+
+#!/bin/bash
+echo "the user's own part runs first; /etc/eks/bootstrap.sh is only named here"
+"""
+
+
+def al2_data(cluster, bootstrap_args="", extra_args="", ca=None):
+    ca = ca if ca is not None else cluster["certificateAuthority"]["data"]
+    return f"""MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="BOUNDARY"
+
+{AL2_USER_PART}
+--BOUNDARY
+Content-Type: text/x-shellscript; charset="us-ascii"
+
+#!/bin/bash -xe
+exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1
+/etc/eks/bootstrap.sh '{cluster["name"]}' --apiserver-endpoint '{cluster["endpoint"]}' --b64-cluster-ca '{ca}' \\
+--dns-cluster-ip '10.96.0.10' \\
+{bootstrap_args}--use-max-pods false \\
+--kubelet-extra-args '{extra_args}'
+--BOUNDARY--
+"""
+
+
+@test
+def node_join_al2():
+    ec2, ssm, eks = client("ec2"), client("ssm"), client("eks")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
+    image = ssm.get_parameter(Name=AL2_PARAM.format(k="1.32", suffix=""))["Parameter"]["Value"]
+    gpu = ssm.get_parameter(Name=AL2_PARAM.format(k="1.32", suffix="-gpu"))["Parameter"]["Value"]
+    good = al2_data(cluster, extra_args=(
+        '--node-labels="karpenter.sh/nodepool=general,jointer.dev/test=al2" '
+        '--register-with-taints="dedicated=spot:NoSchedule,karpenter.sh/unregistered:NoExecute" --max-pods=20'))
+    instances, refused = {}, {}
+    try:
+        instances["custom"] = run_instance(ec2, w, image, good, volumes={"/dev/xvda": 40})
+        # --use-max-pods false without --max-pods: the kubelet's default 110; explicit reservations.
+        instances["gpu"] = run_instance(ec2, w, gpu, al2_data(
+            cluster, extra_args="--kube-reserved=cpu=100m,memory=1Gi --system-reserved=memory=200Mi "
+                                "--eviction-hard=memory.available<5%,nodefs.available<20%"),
+            itype="g5.xlarge", volumes={"/dev/xvda": 50})
+        refused["no CA"] = run_instance(ec2, w, image, good.replace(" --b64-cluster-ca", " --no-ca"))
+        refused["no bootstrap.sh"] = run_instance(ec2, w, image, good.replace("/etc/eks/bootstrap.sh '", "echo '"))
+        refused["wrong CA"] = run_instance(ec2, w, image, al2_data(cluster, ca=base64.b64encode(b"x").decode()))
+        nodes = joined_nodes(ec2, instances, refused)
+        node = nodes["custom"]
+        labels, info = node["metadata"]["labels"], node["status"]["nodeInfo"]
+        assert labels["karpenter.sh/nodepool"] == "general" and labels["jointer.dev/test"] == "al2"
+        assert labels["kubernetes.io/os"] == "linux"
+        assert own_taints(node) == [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"},
+                                          {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}], node["spec"]
+        assert info["osImage"] == "Amazon Linux 2" and info["kernelVersion"].startswith("5.10."), info
+        cap = node["status"]["capacity"]
+        assert cap["pods"] == "20" and cap["ephemeral-storage"] == "40Gi", cap
+        # bootstrap.sh reserves memory for the ENI-limited max pods (m5.large: 29), not --max-pods.
+        assert_reserved_memory(node, 11 * 29 + 255)
+        g = nodes["gpu"]
+        gcap, galloc = g["status"]["capacity"], g["status"]["allocatable"]
+        assert gcap["pods"] == "110" and gcap["nvidia.com/gpu"] == "1", gcap
+        assert gcap["ephemeral-storage"] == "50Gi", gcap  # /dev/xvda, though moto's copy says /dev/sda1
+        assert galloc["cpu"] == "3900m", galloc  # 4 cores less the 100m kube-reserved
+        mem = kib(gcap["memory"])
+        assert abs(kib(galloc["memory"]) - (mem - 1024 * 1024 - 200 * 1024 - mem * 0.05)) <= 1, galloc
+        assert "(al2): the bootstrap.sh call has no --b64-cluster-ca" in refusal(refused["no CA"])
+        assert "part calling /etc/eks/bootstrap.sh" in refusal(refused["no bootstrap.sh"])
+        assert "is not the cluster's CA" in refusal(refused["wrong CA"])
+    finally:
+        ec2.terminate_instances(InstanceIds=list(instances.values()) + list(refused.values()))
+    for case, iid in instances.items():
+        wait_for(f"the {case} Node to go", 30, lambda: node_of(iid) is None)
+
+
+def windows_data(cluster, extra_args="", params=None):
+    params = params if params is not None else (
+        f"-EKSClusterName '{cluster['name']}' -APIServerEndpoint '{cluster['endpoint']}' "
+        f"-Base64ClusterCA '{cluster['certificateAuthority']['data']}'")
+    return f"""<powershell>
+Write-Host "the user's own lines come first"
+[string]$EKSBootstrapScriptFile = "$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1"
+& $EKSBootstrapScriptFile {params} -KubeletExtraArgs '{extra_args}' -DNSClusterIP '10.96.0.10'
+</powershell>
+"""
+
+
+@test
+def node_join_windows():
+    ec2, ssm, eks = client("ec2"), client("ssm"), client("eks")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
+    win2019 = ssm.get_parameter(Name=WINDOWS_PARAM.format(year="2019", k="1.34"))["Parameter"]["Value"]
+    win2022 = ssm.get_parameter(Name=WINDOWS_PARAM.format(year="2022", k="1.34"))["Parameter"]["Value"]
+    arm = amis(ssm)["arm64"]
+    good = windows_data(cluster, '--node-labels="karpenter.sh/nodepool=win" '
+                                 '--register-with-taints="karpenter.sh/unregistered:NoExecute"')
+    instances, refused = {}, {}
+    try:
+        instances["2019"] = run_instance(ec2, w, win2019, good, volumes={"/dev/sda1": 60})
+        instances["2022"] = run_instance(ec2, w, win2022, windows_data(cluster, "--max-pods=40"),
+                                         volumes={"/dev/sda1": 80})
+        refused["arm64"] = run_instance(ec2, w, arm, good, itype="m6g.large")
+        refused["no CA"] = run_instance(ec2, w, win2022, windows_data(
+            cluster, params=f"-EKSClusterName '{cluster['name']}' -APIServerEndpoint '{cluster['endpoint']}'"))
+        refused["no tags"] = run_instance(ec2, w, win2022, good.replace("</powershell>", ""))
+        nodes = joined_nodes(ec2, instances, refused)
+        node = nodes["2019"]
+        labels, info = node["metadata"]["labels"], node["status"]["nodeInfo"]
+        assert labels["kubernetes.io/os"] == "windows" and labels["beta.kubernetes.io/os"] == "windows"
+        assert labels["node.kubernetes.io/windows-build"] == "10.0.17763", labels
+        assert labels["karpenter.sh/nodepool"] == "win" and labels["kubernetes.io/arch"] == "amd64"
+        assert own_taints(node) == [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+        assert info["operatingSystem"] == "windows" and info["osImage"] == "Windows Server 2019 Datacenter", info
+        cap = node["status"]["capacity"]
+        assert cap["pods"] == "110" and cap["ephemeral-storage"] == "60Gi", cap  # not ENI-limited
+        assert_reserved_memory(node, 11 * 110 + 255)
+        n22 = nodes["2022"]
+        assert n22["metadata"]["labels"]["node.kubernetes.io/windows-build"] == "10.0.20348"
+        assert n22["status"]["capacity"]["pods"] == "40" and own_taints(n22) == []
+        assert n22["status"]["capacity"]["ephemeral-storage"] == "80Gi"
+        assert_reserved_memory(n22, 11 * 40 + 255)
+        assert "(windows): Windows user data on an arm64 instance" in refusal(refused["arm64"])
+        assert "without -Base64ClusterCA" in refusal(refused["no CA"])
+        assert "no <powershell>...</powershell>" in refusal(refused["no tags"])
+    finally:
+        ec2.terminate_instances(InstanceIds=list(instances.values()) + list(refused.values()))
+    for case, iid in instances.items():
+        wait_for(f"the {case} Node to go", 30, lambda: node_of(iid) is None)
+
+
+@test
+def node_join_al2023_and_custom_images():
+    ec2, ssm, eks = client("ec2"), client("ssm"), client("eks")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
+    # A custom AMI: the user's own image, with their own AL2023 NodeConfig (the user data decides).
+    custom = ec2.register_image(Name=unique("my-golden-ami"), Description="custom")["ImageId"]
+    instances = {}
+    try:
+        instances["maxPods"] = run_instance(ec2, w, amis(ssm)["x86_64"], user_data(cluster, max_pods=10),
+                                            volumes={"/dev/xvda": 25})
+        instances["custom"] = run_instance(ec2, w, custom, user_data(cluster, labels="jointer.dev/ami=custom"),
+                                           volumes={"/dev/sda1": 35})
+        nodes = joined_nodes(ec2, instances, {})
+        n = nodes["maxPods"]
+        assert n["status"]["capacity"]["pods"] == "10" and n["status"]["capacity"]["ephemeral-storage"] == "25Gi"
+        # nodeadm reserves memory for the ENI-limited max pods (m5.large: 29), not maxPods.
+        assert_reserved_memory(n, 11 * 29 + 255)
+        c = nodes["custom"]
+        assert c["metadata"]["labels"]["jointer.dev/ami"] == "custom"
+        assert c["status"]["nodeInfo"]["osImage"].startswith("Amazon Linux 2023")
+        assert c["status"]["capacity"]["ephemeral-storage"] == "35Gi"  # its own root device
+    finally:
+        ec2.terminate_instances(InstanceIds=list(instances.values()))
+    for case, iid in instances.items():
+        wait_for(f"the {case} Node to go", 30, lambda: node_of(iid) is None)
 
 
 @test
