@@ -2,6 +2,7 @@
 //! validated with the same CEL rules the CRDs carry; every problem is located.
 
 use jointer_controller::api::{EC2NodeClass, FieldError, NodeOverlay, NodePool, Validate};
+use jointer_controller::core::ami_family::user_data;
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -204,6 +205,21 @@ pub fn read_object(stream: &YamlStream, doc: usize) -> Result<Object, InputError
                 .field(&stream.map, doc, &e.path)
                 .object(object.id()),
         );
+    }
+    // What the controller would refuse the class for (user data its AMI family cannot read).
+    if let Object::EC2NodeClass(class) = &object {
+        if let Err(e) = user_data::validate(class) {
+            // The location names the field; the message need not say it again.
+            let message = e.to_string();
+            let message = message
+                .strip_prefix(&format!("{}: ", e.field()))
+                .unwrap_or(&message);
+            problems.push(
+                Diagnostic::error(&stream.file, message)
+                    .field(&stream.map, doc, &e.field())
+                    .object(object.id()),
+            );
+        }
     }
     if problems.is_empty() {
         Ok(object)

@@ -148,6 +148,18 @@ async fn nodes_by_family(admin: &kube::Client, c: &str) -> BTreeMap<String, Node
         .collect()
 }
 
+/// The world's NodeClaim names, by pool.
+async fn claims_by_pool(admin: &kube::Client, c: &str) -> BTreeMap<String, String> {
+    world_claims(admin, c)
+        .await
+        .into_iter()
+        .filter_map(|claim| {
+            let pool = claim.labels().get("karpenter.sh/nodepool")?.clone();
+            Some((pool, claim.name_any()))
+        })
+        .collect()
+}
+
 fn instance_id(node: &Node) -> String {
     node.spec
         .as_ref()
@@ -308,23 +320,6 @@ async fn every_ami_family_joins_with_its_pools_labels_and_taints_and_only_its_ow
         &class_specs(&s, &al2_parameter, &al2023_image, &node_config),
     );
     s.ws.write("nodes/pools.yaml", &pools(&c));
-    // A class whose user data Bottlerocket cannot read: refused on the class, never launched.
-    s.ws.write(
-        "nodes/broken.yaml",
-        &format!(
-            "apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {{ name: {c}-broken }}
-spec:
-  role: {role}
-  amiSelectorTerms: [ {{ alias: bottlerocket@latest }} ]
-  subnetSelectorTerms: [ {{ tags: {{ {KEY}: {c} }} }} ]
-  securityGroupSelectorTerms: [ {{ tags: {{ {KEY}: {c} }} }} ]
-  userData: \"[settings.kubernetes\"
-",
-            role = s.node_role()
-        ),
-    );
     s.apply();
     let admin = testenv::kube().await;
     windows_nodes_may_join(&s, &admin).await;
@@ -333,6 +328,27 @@ spec:
         "the controller may read the class's own SSM parameter"
     );
     let scene = Scene::start(&s, &admin, 28330).await;
+    // A class whose user data Bottlerocket cannot read (jointer's own templates refuse it, so
+    // it comes as kubectl would bring it): refused on the class, never launched from.
+    let classes = dynamic(
+        &admin,
+        "karpenter.k8s.aws",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+    );
+    let broken: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": format!("{c}-broken")},
+        "spec": {"role": s.node_role(), "amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
+                 "subnetSelectorTerms": [{"tags": {KEY: c}}],
+                 "securityGroupSelectorTerms": [{"tags": {KEY: c}}],
+                 "userData": "[settings.kubernetes"}
+    }))
+    .expect("class");
+    classes
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("the broken class");
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &scene.ns);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &scene.ns);
     for family in FAMILIES {
@@ -448,13 +464,19 @@ spec:
     assert_eq!(custom_data.trim_end(), node_config.trim_end(), "untouched");
 
     // The broken class says why, on the class and in an Event.
-    let classes = dynamic(
-        &admin,
-        "karpenter.k8s.aws",
-        "EC2NodeClass",
-        "ec2nodeclasses",
-    );
-    let broken = classes.get(&format!("{c}-broken")).await.expect("class");
+    let broken = wait_for(
+        "the broken class's ValidationSucceeded condition",
+        Duration::from_secs(30),
+        || async {
+            let class = classes.get(&format!("{c}-broken")).await.ok()?;
+            let has = class.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "ValidationSucceeded");
+            has.then_some(class)
+        },
+    )
+    .await;
     let validation = broken.data["status"]["conditions"]
         .as_array()
         .into_iter()
@@ -466,7 +488,7 @@ spec:
     assert!(
         validation["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("spec.userData is not valid TOML")),
+            .is_some_and(|m| m.starts_with("spec.userData: not valid TOML")),
         "{validation}"
     );
     wait_for(
@@ -486,14 +508,7 @@ spec:
     .await;
 
     // A new Bottlerocket release: the alias's parameter moves. Only that family's node drifts.
-    let claims_before: BTreeMap<String, String> = world_claims(&admin, &c)
-        .await
-        .into_iter()
-        .filter_map(|claim| {
-            let pool = claim.labels().get("karpenter.sh/nodepool")?.clone();
-            Some((pool, claim.name_any()))
-        })
-        .collect();
+    let claims_before = claims_by_pool(&admin, &c).await;
     let moved = format!("/aws/service/bottlerocket/aws-k8s-{kubernetes}/x86_64/latest/image_id");
     let release = parameter(
         &ssm,
@@ -533,14 +548,7 @@ spec:
         .expect("providerID")
         .to_string();
     assert_eq!(image_of(&s, &id).await.0, release);
-    let claims_after: BTreeMap<String, String> = world_claims(&admin, &c)
-        .await
-        .into_iter()
-        .filter_map(|claim| {
-            let pool = claim.labels().get("karpenter.sh/nodepool")?.clone();
-            Some((pool, claim.name_any()))
-        })
-        .collect();
+    let claims_after = claims_by_pool(&admin, &c).await;
     for family in FAMILIES.iter().filter(|f| **f != "bottlerocket") {
         let pool = format!("{c}-{family}");
         assert_eq!(

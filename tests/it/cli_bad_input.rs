@@ -723,3 +723,31 @@ fn a_v1beta1_value_names_its_v1_successor() {
         "WhenEmptyOrUnderutilized",
     ]);
 }
+
+#[test]
+fn user_data_or_kubelet_settings_the_ami_family_cannot_take_are_located() {
+    let bottlerocket = CLASS.replace("al2023@latest", "bottlerocket@latest");
+    let cases = [
+        (
+            format!("{bottlerocket}  userData: \"[settings.kubernetes\"\n"),
+            "class.yaml (rendered):9:",
+            "spec.userData: not valid TOML, which Bottlerocket reads",
+        ),
+        (
+            format!("{bottlerocket}  kubelet: {{ shutdownGracePeriod: 45s }}\n"),
+            "class.yaml (rendered):9:",
+            "spec.kubelet.shutdownGracePeriod: the Bottlerocket family",
+        ),
+        (
+            format!("{CLASS}  userData: \"Content-Type: multipart/mixed\\n\\n--x\\n\"\n"),
+            "class.yaml (rendered):9:",
+            "MIME multipart without a boundary parameter",
+        ),
+    ];
+    for (class, location, message) in cases {
+        let ws = Workspace::new();
+        with_templates(&ws, &[("class.yaml", &class)]);
+        ws.jointer(&["render"])
+            .refused(&[location, "EC2NodeClass/default", message]);
+    }
+}

@@ -234,13 +234,32 @@ async fn a_node_class_resolves_to_ready_a_missing_tag_is_loud_and_delete_cleans_
         status["securityGroups"][0]["id"],
         world["securityGroups"]["cluster"]
     );
-    let arches: Vec<&str> = status["amis"]
+    // One image per architecture and accelerator variant EKS publishes (no arm64 Neuron).
+    let images: Vec<(&str, &str, &str)> = status["amis"]
         .as_array()
         .expect("amis")
         .iter()
-        .filter_map(|a| a["requirements"][0]["values"][0].as_str())
+        .filter_map(|a| {
+            let r = &a["requirements"];
+            Some((
+                r[0]["values"][0].as_str()?,
+                r[1]["key"].as_str()?,
+                r[1]["operator"].as_str()?,
+            ))
+        })
         .collect();
-    assert_eq!(arches, ["amd64", "arm64"]);
+    let accelerators = "karpenter.k8s.aws/instance-accelerator-count";
+    let gpus = "karpenter.k8s.aws/instance-gpu-count";
+    assert_eq!(
+        images,
+        [
+            ("amd64", accelerators, "DoesNotExist"),
+            ("amd64", gpus, "Exists"),
+            ("amd64", accelerators, "Exists"),
+            ("arm64", accelerators, "DoesNotExist"),
+            ("arm64", gpus, "Exists"),
+        ]
+    );
     let profile = status["instanceProfile"]
         .as_str()
         .expect("profile")

@@ -487,48 +487,32 @@ mod tests {
         }))
     }
 
+    /// The plan converging `observed` for `nodes` (`adopt`: as with `--adopt`).
+    fn converge(observed: &Observed, adopt: bool, nodes: Nodes) -> Result<StepPlan> {
+        diff(ROLE, observed, &ours(adopt), Goal::Converge, nodes)
+    }
+
     fn lines(plan: &StepPlan) -> Vec<String> {
         plan.changes.iter().map(Change::to_string).collect()
     }
 
     #[test]
     fn an_owned_ec2_linux_entry_or_the_node_mapping_is_in_sync() {
-        let plan = diff(
-            ROLE,
-            &entry(LINUX_ENTRY, true),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&entry(LINUX_ENTRY, true), false, Nodes::Linux).unwrap();
         assert!(plan.changes.is_empty() && plan.warnings.is_empty());
         let mapped = Observed::Mapping(Some(node_mapping(ROLE, Nodes::Linux)));
-        let plan = diff(ROLE, &mapped, &ours(false), Goal::Converge, Nodes::Linux).unwrap();
+        let plan = converge(&mapped, false, Nodes::Linux).unwrap();
         assert!(plan.changes.is_empty(), "{:?}", lines(&plan));
     }
 
     #[test]
     fn a_missing_entry_or_mapping_is_created() {
-        let plan = diff(
-            ROLE,
-            &Observed::Entry(None),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&Observed::Entry(None), false, Nodes::Linux).unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!("+ eks access entry {ROLE}  (type EC2_LINUX)")]
         );
-        let plan = diff(
-            ROLE,
-            &Observed::Mapping(None),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&Observed::Mapping(None), false, Nodes::Linux).unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
@@ -539,14 +523,7 @@ mod tests {
 
     #[test]
     fn a_wrong_type_or_mapping_is_updated_by_field() {
-        let plan = diff(
-            ROLE,
-            &entry("STANDARD", true),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&entry("STANDARD", true), false, Nodes::Linux).unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
@@ -555,14 +532,7 @@ mod tests {
         );
         let mut mapping = node_mapping(ROLE, Nodes::Linux);
         mapping.groups = vec!["system:nodes".into()];
-        let plan = diff(
-            ROLE,
-            &Observed::Mapping(Some(mapping)),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&Observed::Mapping(Some(mapping)), false, Nodes::Linux).unwrap();
         assert_eq!(plan.changes.len(), 1);
         assert_eq!(
             (plan.changes[0].op, plan.changes[0].field.as_deref()),
@@ -572,49 +542,21 @@ mod tests {
 
     #[test]
     fn a_foreign_entry_of_the_wrong_type_is_an_error_unless_adopted() {
-        let err = diff(
-            ROLE,
-            &entry("STANDARD", false),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap_err();
+        let err = converge(&entry("STANDARD", false), false, Nodes::Linux).unwrap_err();
         assert!(
             err.to_string().contains("jointer did not create it"),
             "{err}"
         );
-        let plan = diff(
-            ROLE,
-            &entry("STANDARD", false),
-            &ours(true),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&entry("STANDARD", false), true, Nodes::Linux).unwrap();
         assert_eq!(plan.changes[0].field.as_deref(), Some("type"));
     }
 
     #[test]
     fn a_foreign_ec2_linux_entry_is_used_with_a_warning_or_adopted() {
-        let plan = diff(
-            ROLE,
-            &entry(LINUX_ENTRY, false),
-            &ours(false),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&entry(LINUX_ENTRY, false), false, Nodes::Linux).unwrap();
         assert!(plan.changes.is_empty());
         assert_eq!(plan.warnings.len(), 1);
-        let plan = diff(
-            ROLE,
-            &entry(LINUX_ENTRY, false),
-            &ours(true),
-            Goal::Converge,
-            Nodes::Linux,
-        )
-        .unwrap();
+        let plan = converge(&entry(LINUX_ENTRY, false), true, Nodes::Linux).unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
@@ -653,53 +595,25 @@ mod tests {
 
     #[test]
     fn a_windows_class_makes_the_entry_ec2_windows_and_adds_the_kube_proxy_group() {
-        let plan = diff(
-            ROLE,
-            &Observed::Entry(None),
-            &ours(false),
-            Goal::Converge,
-            Nodes::WithWindows,
-        )
-        .unwrap();
+        let plan = converge(&Observed::Entry(None), false, Nodes::WithWindows).unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!("+ eks access entry {ROLE}  (type EC2_WINDOWS)")]
         );
-        let plan = diff(
-            ROLE,
-            &entry(LINUX_ENTRY, true),
-            &ours(false),
-            Goal::Converge,
-            Nodes::WithWindows,
-        )
-        .unwrap();
+        let plan = converge(&entry(LINUX_ENTRY, true), false, Nodes::WithWindows).unwrap();
         assert_eq!(
             lines(&plan),
             vec![format!(
                 "~ eks access entry {ROLE}  type: EC2_LINUX → EC2_WINDOWS (replaced)"
             )]
         );
-        let err = diff(
-            ROLE,
-            &entry(LINUX_ENTRY, false),
-            &ours(false),
-            Goal::Converge,
-            Nodes::WithWindows,
-        )
-        .unwrap_err();
+        let err = converge(&entry(LINUX_ENTRY, false), false, Nodes::WithWindows).unwrap_err();
         assert!(
             err.to_string().contains("Windows nodes cannot join"),
             "{err}"
         );
         let linux_mapping = Observed::Mapping(Some(node_mapping(ROLE, Nodes::Linux)));
-        let plan = diff(
-            ROLE,
-            &linux_mapping,
-            &ours(false),
-            Goal::Converge,
-            Nodes::WithWindows,
-        )
-        .unwrap();
+        let plan = converge(&linux_mapping, false, Nodes::WithWindows).unwrap();
         assert!(
             lines(&plan)[0].contains("eks:kube-proxy-windows"),
             "{:?}",

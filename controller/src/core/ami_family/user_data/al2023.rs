@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{mime, taint_flag, ClusterInfo, NodeSettings, UserDataError};
+use super::{mime, ClusterInfo, NodeSettings, UserDataError};
 
 /// Whether the kubelet accepts `key` in `--node-labels` (it exits on other keys in the
 /// kubernetes.io and k8s.io namespaces; those labels are set on the Node at registration).
@@ -44,15 +44,10 @@ pub fn node_config(cluster: &ClusterInfo, node: &NodeSettings) -> String {
         map.retain(|_, v| !v.is_null());
     }
     let mut flags = Vec::new();
-    let labels: Vec<String> = node
-        .kubelet_labels()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    if !labels.is_empty() {
-        flags.push(format!("--node-labels={}", labels.join(",")));
+    if let Some(labels) = node.labels_flag() {
+        flags.push(format!("--node-labels={labels}"));
     }
-    let taints: Vec<String> = node.registration_taints().iter().map(taint_flag).collect();
-    flags.push(format!("--register-with-taints={}", taints.join(",")));
+    flags.push(format!("--register-with-taints={}", node.taints_flag()));
     let doc = json!({
         "apiVersion": "node.eks.aws/v1alpha1",
         "kind": "NodeConfig",
@@ -151,6 +146,53 @@ mod tests {
                 "--node-labels=karpenter.sh/nodepool=general",
                 "--register-with-taints=dedicated=spot:NoSchedule,karpenter.sh/unregistered:NoExecute"
             ])
+        );
+    }
+
+    #[test]
+    fn golden_node_config_after_the_users_script() {
+        use super::super::test_support::{kubelet, labels, node, taints};
+        let (labels, taints) = (labels(), taints());
+        let kubelet = kubelet(json!({"maxPods": 58, "clusterDNS": ["10.100.0.10"]}));
+        let data = user_data(
+            &cluster(),
+            &node(Some(&kubelet), &labels, &taints),
+            Some("#!/bin/bash\necho mine"),
+        )
+        .unwrap();
+        assert_eq!(
+            data,
+            r#"MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="//"
+
+--//
+Content-Type: text/x-shellscript; charset="us-ascii"
+
+#!/bin/bash
+echo mine
+
+--//
+Content-Type: application/node.eks.aws
+
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  cluster:
+    apiServerEndpoint: https://example.eks.amazonaws.com
+    certificateAuthority: Q0E=
+    cidr: 10.100.0.0/16
+    name: prod
+  kubelet:
+    config:
+      clusterDNS:
+      - 10.100.0.10
+      maxPods: 58
+    flags:
+    - --node-labels=karpenter.sh/nodepool=general
+    - --register-with-taints=dedicated=spot:NoSchedule,karpenter.sh/unregistered:NoExecute
+
+--//--
+"#
         );
     }
 }

@@ -222,8 +222,7 @@ memory = "100Mi"
         )
         .unwrap_err();
         assert!(
-            err.to_string()
-                .starts_with("spec.userData is not valid TOML"),
+            err.to_string().starts_with("spec.userData: not valid TOML"),
             "{err}"
         );
         let err = user_data(

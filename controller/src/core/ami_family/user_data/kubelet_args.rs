@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{taint_flag, NodeSettings, UserDataError};
+use super::{NodeSettings, UserDataError};
 
 /// `k=v,k2=v2`.
 fn pairs<V: std::fmt::Display>(map: &BTreeMap<String, V>, sep: &str) -> String {
@@ -18,15 +18,10 @@ fn pairs<V: std::fmt::Display>(map: &BTreeMap<String, V>, sep: &str) -> String {
 /// Fields the flags cannot express are an error naming the field.
 pub fn flags(node: &NodeSettings, family: &'static str) -> Result<Vec<String>, UserDataError> {
     let mut out = Vec::new();
-    let labels: Vec<String> = node
-        .kubelet_labels()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    if !labels.is_empty() {
-        out.push(format!("--node-labels=\"{}\"", labels.join(",")));
+    if let Some(labels) = node.labels_flag() {
+        out.push(format!("--node-labels=\"{labels}\""));
     }
-    let taints: Vec<String> = node.registration_taints().iter().map(taint_flag).collect();
-    out.push(format!("--register-with-taints=\"{}\"", taints.join(",")));
+    out.push(format!("--register-with-taints=\"{}\"", node.taints_flag()));
     let Some(k) = node.kubelet else {
         return Ok(out);
     };

@@ -66,6 +66,24 @@ impl<'a> NodeSettings<'a> {
         self.labels.iter().filter(|(k, _)| kubelet_may_set(k))
     }
 
+    /// `k=v,k2=v2` for `--node-labels`, None without labels.
+    fn labels_flag(&self) -> Option<String> {
+        let labels: Vec<String> = self
+            .kubelet_labels()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        (!labels.is_empty()).then(|| labels.join(","))
+    }
+
+    /// `key=value:Effect,…` for `--register-with-taints`.
+    fn taints_flag(&self) -> String {
+        self.registration_taints()
+            .iter()
+            .map(taint_flag)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The NodeClaim's taints and, unless it already has it, the registration taint that
     /// keeps pods off the node until the controller has synced it with its NodeClaim.
     fn registration_taints(&self) -> Vec<Taint> {
@@ -84,9 +102,9 @@ impl<'a> NodeSettings<'a> {
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum UserDataError {
-    #[error("spec.userData is MIME multipart but has no boundary parameter in its Content-Type")]
+    #[error("spec.userData: MIME multipart without a boundary parameter in its Content-Type")]
     NoBoundary,
-    #[error("spec.userData is not valid TOML, which Bottlerocket needs: {0}")]
+    #[error("spec.userData: not valid TOML, which Bottlerocket reads: {0}")]
     NotToml(String),
     #[error("spec.userData: {path} must be a TOML table for Bottlerocket")]
     NotATable { path: String },
@@ -96,6 +114,16 @@ pub enum UserDataError {
         family: &'static str,
         hint: &'static str,
     },
+}
+
+impl UserDataError {
+    /// The class field the error is about (`spec.userData`, `spec.kubelet.<field>`).
+    pub fn field(&self) -> String {
+        match self {
+            UserDataError::UnsupportedKubeletField { field, .. } => format!("spec.kubelet.{field}"),
+            _ => "spec.userData".into(),
+        }
+    }
 }
 
 pub(crate) fn effect(e: TaintEffect) -> &'static str {
