@@ -244,7 +244,12 @@ impl CloudProvider for SimCloud {
             instance_type: t.name.clone(),
             zone: offering.zone.clone(),
             capacity_type: offering.capacity_type,
-            image_id: status.amis.first().map(|a| a.id.clone()),
+            // As the AWS provider picks it: the first image that suits the type.
+            image_id: status
+                .amis
+                .iter()
+                .find(|a| crate::core::ami_family::image_fits(&a.requirements, &t.requirements))
+                .map(|a| a.id.clone()),
             subnet_id: status
                 .subnets
                 .iter()

@@ -294,7 +294,20 @@ pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
         )
         .await
         .map_err(|e| e.to_string())?;
-        for image in out.images() {
+        // Newest first, as upstream: each instance type boots the newest image that suits it
+        // (deprecated ones only when nothing newer does). ISO 8601 dates sort as text.
+        let mut images: Vec<_> = out.images().iter().collect();
+        images.sort_by(|a, b| {
+            let key = |i: &aws_sdk_ec2::types::Image| {
+                (
+                    i.deprecation_time().map(is_past).unwrap_or(false),
+                    std::cmp::Reverse(i.creation_date().unwrap_or_default().to_string()),
+                    i.image_id().unwrap_or_default().to_string(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        for image in images {
             let arch = match image.architecture().map(|a| a.as_str()) {
                 Some("arm64") => "arm64",
                 _ => "amd64",

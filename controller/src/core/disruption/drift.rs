@@ -14,6 +14,8 @@ use crate::api::labels::{
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::nodepool::DisruptionReason;
 use crate::api::NodePool;
+use crate::core::ami_family::image_fits;
+use crate::core::scheduling::Requirements;
 
 use super::candidates::Found;
 use super::consolidation::reschedule;
@@ -99,10 +101,31 @@ pub fn drifted(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>)
     }
     let image = claim.status.as_ref().and_then(|s| s.image_id.as_ref())?;
     let amis = status.amis.as_slice();
-    (!amis.is_empty() && !amis.iter().any(|a| &a.id == image)).then(|| {
-        format!(
+    if amis.is_empty() {
+        return None;
+    }
+    if !amis.iter().any(|a| &a.id == image) {
+        return Some(format!(
             "its AMI {image} is no longer selected by EC2NodeClass {}",
             class.name_any()
+        ));
+    }
+    // As upstream: the node should run the image a launch of its instance type would boot now
+    // (the first that suits it: a newer release, or its variant's image). Judged on the
+    // instance type's labels the launch put on the claim; a claim without them is not judged.
+    if !claim
+        .labels()
+        .contains_key(crate::api::labels::INSTANCE_TYPE)
+    {
+        return None;
+    }
+    let labels = Requirements::from_labels(claim.labels());
+    let now = amis.iter().find(|a| image_fits(&a.requirements, &labels))?;
+    (&now.id != image).then(|| {
+        format!(
+            "its AMI {image} is not the one EC2NodeClass {} now boots its instance type with ({})",
+            class.name_any(),
+            now.id
         )
     })
 }
@@ -223,5 +246,37 @@ mod tests {
         assert!(drifted(&n, &p, Some(&regrouped))
             .unwrap()
             .contains("security groups sg-1,sg-2"));
+    }
+
+    #[test]
+    fn a_node_drifts_when_its_instance_type_would_now_boot_another_selected_image() {
+        let p = pool(json!({}), json!([]));
+        let arch = json!({"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]});
+        let standard =
+            json!({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"});
+        let nvidia = json!({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Exists"});
+        let c = class(
+            json!({}),
+            json!([{"id": "ami-new", "requirements": [arch, standard]},
+                   {"id": "ami-old", "requirements": [arch, standard]},
+                   {"id": "ami-gpu", "requirements": [arch, nvidia]}]),
+        );
+        let on = |image: &str, labels: Value| {
+            let mut n = claim(&p, &c, image);
+            n.metadata.labels = Some(serde_json::from_value(labels).unwrap());
+            drifted(&n, &p, Some(&c))
+        };
+        let m5 =
+            json!({"node.kubernetes.io/instance-type": "m5.large", "kubernetes.io/arch": "amd64"});
+        let g5 = json!({"node.kubernetes.io/instance-type": "g5.xlarge", "kubernetes.io/arch": "amd64",
+                        "karpenter.k8s.aws/instance-gpu-count": "1"});
+        assert_eq!(on("ami-new", m5.clone()), None);
+        assert!(on("ami-old", m5.clone())
+            .unwrap()
+            .contains("not the one EC2NodeClass c now boots its instance type with (ami-new)"));
+        assert_eq!(on("ami-gpu", g5.clone()), None);
+        assert!(on("ami-new", g5).unwrap().contains("(ami-gpu)"));
+        // A claim without its instance type's labels is judged by selection alone.
+        assert_eq!(on("ami-old", json!({})), None);
     }
 }
