@@ -79,16 +79,26 @@ pub fn prepare(
     taints.extend(claim.spec.startup_taints.iter().cloned());
     let node_labels = claim.labels().clone();
     let family = Family::of(class);
-    let data = user_data::generate(
-        family,
-        cluster,
-        &NodeSettings::of_class(class, &node_labels, &taints),
-        class.spec.user_data.as_deref(),
-    )
-    .map_err(|e| CloudError::ClassNotReady {
-        class: class_name.clone(),
-        why: format!("spec.userData: {e}"),
-    })?;
+    // As upstream: a class without `maxPods` gets the max pods the scheduling model gave the
+    // type written into its user data, so the node reports exactly that (nodeadm's own
+    // default caps the ENI count at 110 or 250 pods, which the model does not).
+    let user_data_for = |max_pods: Option<i64>| {
+        let mut kubelet = class.spec.kubelet.clone();
+        if let Some(pods) = max_pods.filter(|_| family != Family::Custom) {
+            let k = kubelet.get_or_insert_with(Default::default);
+            if k.max_pods.is_none() {
+                k.max_pods = i32::try_from(pods).ok();
+            }
+        }
+        let mut node = NodeSettings::of_class(class, &node_labels, &taints);
+        node.kubelet = kubelet.as_ref();
+        user_data::generate(family, cluster, &node, class.spec.user_data.as_deref()).map_err(|e| {
+            CloudError::ClassNotReady {
+                class: class_name.clone(),
+                why: format!("spec.userData: {e}"),
+            }
+        })
+    };
     let tags = tags(&cluster.name, claim, class);
     // The first selected image that boots the type: its architecture, its accelerator
     // variant (NVIDIA and Neuron types get the images with their drivers), its OS.
@@ -99,24 +109,38 @@ pub fn prepare(
             .iter()
             .find(|a| image_fits(&a.requirements, &of_type.requirements))
     };
-    // One launch template per image; launching into capacity reservations, one per
-    // (override, reservation): EC2 takes the reservation from the template.
-    let mut slices: Vec<(&ResolvedAmi, Option<String>, Vec<&Override>)> = Vec::new();
+    let max_pods_of = |o: &Override| {
+        types
+            .iter()
+            .find(|t| t.name == o.instance_type)
+            .map(|t| t.capacity.pods)
+    };
+    // One launch template per (image, max pods); launching into capacity reservations, one
+    // per (override, reservation): EC2 takes the reservation from the template.
+    type Slice<'a> = (
+        &'a ResolvedAmi,
+        Option<i64>,
+        Option<String>,
+        Vec<&'a Override>,
+    );
+    let mut slices: Vec<Slice> = Vec::new();
     for o in &plan.overrides {
         let Some(ami) = image_of(o) else { continue };
+        let pods = max_pods_of(o);
         if plan.capacity_type == CapacityType::Reserved {
             for r in usable_reservations(&status, &o.instance_type, &o.zone) {
-                slices.push((ami, Some(r), vec![o]));
+                slices.push((ami, pods, Some(r), vec![o]));
             }
-        } else if let Some(slice) = slices.iter_mut().find(|s| s.0.id == ami.id) {
-            slice.2.push(o);
+        } else if let Some(slice) = slices.iter_mut().find(|s| s.0.id == ami.id && s.1 == pods) {
+            slice.3.push(o);
         } else {
-            slices.push((ami, None, vec![o]));
+            slices.push((ami, pods, None, vec![o]));
         }
     }
-    let groups: Vec<Group> = slices
-        .into_iter()
-        .map(|(ami, reservation, overrides)| {
+    let mut groups: Vec<Group> = Vec::new();
+    for (ami, pods, reservation, overrides) in slices {
+        let data = user_data_for(pods)?;
+        groups.push({
             let content = Content {
                 image_id: ami.id.clone(),
                 instance_profile: profile.clone(),
@@ -125,7 +149,7 @@ pub fn prepare(
                     .iter()
                     .map(|s| s.id.clone())
                     .collect(),
-                user_data: data.clone(),
+                user_data: data,
                 metadata_options: class.spec.metadata_options.clone(),
                 block_device_mappings: class.spec.block_device_mappings.clone(),
                 detailed_monitoring: class.spec.detailed_monitoring.unwrap_or(false),
@@ -145,8 +169,8 @@ pub fn prepare(
                 capacity_reservation_id: reservation,
                 overrides: overrides.into_iter().cloned().collect(),
             }
-        })
-        .collect();
+        });
+    }
     if groups.is_empty() {
         return Err(CloudError::ClassNotReady {
             class: class_name,
@@ -604,5 +628,56 @@ mod tests {
         let custom = content("Custom");
         assert_eq!(custom.user_data, "");
         assert!(custom.block_device_mappings.is_empty());
+    }
+
+    #[test]
+    fn each_template_tells_the_kubelet_the_max_pods_the_model_gave_its_types() {
+        let amis = json!([{"id": "ami-1", "requirements": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]);
+        let c = class("AL2023", amis.clone());
+        let types = types(Family::AL2023);
+        // m5.large: 29 pods; m5.4xlarge: 234 (ENI-limited, above nodeadm's own cap of 110).
+        let prepared = prepare(
+            &cluster(),
+            &claim(&["m5.large", "m5.4xlarge"], 0),
+            &c,
+            &types,
+            |_, _, _| vec![],
+        )
+        .unwrap();
+        let mut pods: Vec<(String, bool)> = prepared
+            .groups
+            .iter()
+            .map(|g| {
+                let t = &g.overrides[0].instance_type;
+                let expected = if t == "m5.large" { 29 } else { 234 };
+                (
+                    t.clone(),
+                    g.content
+                        .user_data
+                        .contains(&format!("maxPods: {expected}")),
+                )
+            })
+            .collect();
+        pods.sort();
+        assert_eq!(
+            pods,
+            [("m5.4xlarge".into(), true), ("m5.large".into(), true)]
+        );
+        // A class's own maxPods stands.
+        let mut own = class("AL2023", amis);
+        own.spec.kubelet = serde_json::from_value(json!({"maxPods": 58})).unwrap();
+        let prepared = prepare(
+            &cluster(),
+            &claim(&["m5.large", "m5.4xlarge"], 0),
+            &own,
+            &types,
+            |_, _, _| vec![],
+        )
+        .unwrap();
+        assert!(prepared
+            .groups
+            .iter()
+            .all(|g| g.content.user_data.contains("maxPods: 58")));
     }
 }
