@@ -194,10 +194,7 @@ pub fn instance_type(
 ) -> InstanceType {
     let mut requirements = shape_labels(shape);
     requirements.add(labels::REGION, Requirement::any_of([region]));
-    // The OS (and Windows build) its nodes run is the class's AMI family's.
-    for (key, value) in kubelet.family.node_labels() {
-        requirements.add(key, Requirement::any_of([value]));
-    }
+    add_family_labels(&mut requirements, kubelet);
     let hw = Hardware {
         vcpu: shape.vcpu,
         memory_mib: shape.memory_mib,
@@ -208,6 +205,13 @@ pub fn instance_type(
     let (mut capacity, overhead) = capacity_and_overhead(&hw, kubelet);
     add_devices(shape, &mut capacity);
     InstanceType::new(&shape.name, requirements, capacity, overhead, offerings)
+}
+
+/// The OS (and Windows build) its nodes run: the class's AMI family's.
+fn add_family_labels(requirements: &mut Requirements, kubelet: &KubeletSettings) {
+    for (key, value) in kubelet.family.node_labels() {
+        requirements.add(key, Requirement::any_of([value]));
+    }
 }
 
 fn add_devices(shape: &Shape, capacity: &mut Resources) {
@@ -386,9 +390,7 @@ pub fn user_instance_types(
         labels.extend(e.labels.clone());
         let mut requirements = Requirements::from_labels(&labels);
         requirements.add(labels::ARCH, Requirement::any_of([e.arch.clone()]));
-        for (key, value) in kubelet.family.node_labels() {
-            requirements.add(key, Requirement::any_of([value]));
-        }
+        add_family_labels(&mut requirements, kubelet);
         requirements.add(
             labels::INSTANCE_CPU,
             Requirement::any_of([e.vcpu.to_string()]),

@@ -82,9 +82,9 @@ pub fn prepare(
     // As upstream: a class without `maxPods` gets the max pods the scheduling model gave the
     // type written into its user data, so the node reports exactly that (nodeadm's own
     // default caps the ENI count at 110 or 250 pods, which the model does not).
-    let user_data_for = |max_pods: Option<i64>| {
+    let user_data_for = |pods: i64| {
         let mut kubelet = class.spec.kubelet.clone();
-        if let Some(pods) = max_pods.filter(|_| family != Family::Custom) {
+        if family != Family::Custom {
             let k = kubelet.get_or_insert_with(Default::default);
             if k.max_pods.is_none() {
                 k.max_pods = i32::try_from(pods).ok();
@@ -92,41 +92,34 @@ pub fn prepare(
         }
         let mut node = NodeSettings::of_class(class, &node_labels, &taints);
         node.kubelet = kubelet.as_ref();
+        // The error names its field (`spec.userData: …`, `spec.kubelet.…: …`).
         user_data::generate(family, cluster, &node, class.spec.user_data.as_deref()).map_err(|e| {
             CloudError::ClassNotReady {
                 class: class_name.clone(),
-                why: format!("spec.userData: {e}"),
+                why: e.to_string(),
             }
         })
     };
     let tags = tags(&cluster.name, claim, class);
-    // The first selected image that boots the type: its architecture, its accelerator
-    // variant (NVIDIA and Neuron types get the images with their drivers), its OS.
-    let image_of = |o: &Override| {
+    // The first selected image that boots the type (its architecture, its accelerator
+    // variant: NVIDIA and Neuron types get the images with their drivers, its OS), and the
+    // max pods the model gave it.
+    let image_and_pods = |o: &Override| {
         let of_type = types.iter().find(|t| t.name == o.instance_type)?;
-        status
+        let ami = status
             .amis
             .iter()
-            .find(|a| image_fits(&a.requirements, &of_type.requirements))
-    };
-    let max_pods_of = |o: &Override| {
-        types
-            .iter()
-            .find(|t| t.name == o.instance_type)
-            .map(|t| t.capacity.pods)
+            .find(|a| image_fits(&a.requirements, &of_type.requirements))?;
+        Some((ami, of_type.capacity.pods))
     };
     // One launch template per (image, max pods); launching into capacity reservations, one
     // per (override, reservation): EC2 takes the reservation from the template.
-    type Slice<'a> = (
-        &'a ResolvedAmi,
-        Option<i64>,
-        Option<String>,
-        Vec<&'a Override>,
-    );
+    type Slice<'a> = (&'a ResolvedAmi, i64, Option<String>, Vec<&'a Override>);
     let mut slices: Vec<Slice> = Vec::new();
     for o in &plan.overrides {
-        let Some(ami) = image_of(o) else { continue };
-        let pods = max_pods_of(o);
+        let Some((ami, pods)) = image_and_pods(o) else {
+            continue;
+        };
         if plan.capacity_type == CapacityType::Reserved {
             for r in usable_reservations(&status, &o.instance_type, &o.zone) {
                 slices.push((ami, pods, Some(r), vec![o]));
@@ -137,9 +130,18 @@ pub fn prepare(
             slices.push((ami, pods, None, vec![o]));
         }
     }
+    // Reservation slices share their user data per max pods.
+    let mut user_data_of_pods: BTreeMap<i64, String> = BTreeMap::new();
     let mut groups: Vec<Group> = Vec::new();
     for (ami, pods, reservation, overrides) in slices {
-        let data = user_data_for(pods)?;
+        let data = match user_data_of_pods.get(&pods) {
+            Some(d) => d.clone(),
+            None => {
+                let d = user_data_for(pods)?;
+                user_data_of_pods.insert(pods, d.clone());
+                d
+            }
+        };
         groups.push({
             let content = Content {
                 image_id: ami.id.clone(),

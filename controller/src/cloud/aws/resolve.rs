@@ -256,6 +256,8 @@ async fn alias_amis(ctx: &Ctx, alias: &str) -> Found<Vec<ResolvedAmi>> {
 
 pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
     let mut found: Vec<ResolvedAmi> = Vec::new();
+    // (creation date, image) of the images the non-alias terms select.
+    let mut selected: Vec<(String, ResolvedAmi)> = Vec::new();
     for term in &class.spec.ami_selector_terms {
         if let Some(alias) = &term.alias {
             found.extend(alias_amis(ctx, alias).await?);
@@ -294,32 +296,35 @@ pub async fn amis(ctx: &Ctx, class: &EC2NodeClass) -> Found<Vec<ResolvedAmi>> {
         )
         .await
         .map_err(|e| e.to_string())?;
-        // Newest first, as upstream: each instance type boots the newest image that suits it
-        // (deprecated ones only when nothing newer does). ISO 8601 dates sort as text.
-        let mut images: Vec<_> = out.images().iter().collect();
-        images.sort_by(|a, b| {
-            let key = |i: &aws_sdk_ec2::types::Image| {
-                (
-                    i.deprecation_time().map(is_past).unwrap_or(false),
-                    std::cmp::Reverse(i.creation_date().unwrap_or_default().to_string()),
-                    i.image_id().unwrap_or_default().to_string(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
-        for image in images {
+        for image in out.images() {
             let arch = match image.architecture().map(|a| a.as_str()) {
                 Some("arm64") => "arm64",
                 _ => "amd64",
             };
             if let Some(id) = image.image_id() {
-                found.push(ResolvedAmi {
+                let ami = ResolvedAmi {
                     id: id.to_string(),
                     name: image.name().map(str::to_string),
                     requirements: vec![arch_requirement(arch)],
                     deprecated: image.deprecation_time().map(is_past),
-                });
+                };
+                selected.push((image.creation_date().unwrap_or_default().to_string(), ami));
             }
+        }
+    }
+    // Newest first across all terms, as upstream: each instance type boots the newest image
+    // that suits it, deprecated ones only when nothing else does (ISO 8601 dates sort as
+    // text); an image two terms select is listed once.
+    selected.sort_by(|(a_created, a), (b_created, b)| {
+        (a.deprecated == Some(true), b_created, &a.id).cmp(&(
+            b.deprecated == Some(true),
+            a_created,
+            &b.id,
+        ))
+    });
+    for (_, ami) in selected {
+        if !found.iter().any(|f| f.id == ami.id) {
+            found.push(ami);
         }
     }
     if found.is_empty() {
