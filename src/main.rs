@@ -11,6 +11,7 @@ mod bootstrap;
 mod cluster;
 mod commands;
 mod failure;
+mod image;
 mod input;
 mod output;
 mod progress;

@@ -17,7 +17,8 @@ use super::aws::ownership::Ownership;
 use super::aws::permissions;
 use super::cluster::kube_objects;
 use crate::failure::Failure;
-use crate::input::config::{Config, Identity};
+use crate::image::Image;
+use crate::input::config::{Config, Identity, ImageSource, Install};
 use crate::progress::Progress;
 
 /// How a run behaves beyond the config.
@@ -67,6 +68,8 @@ pub struct Context {
     /// Whose resources this run may change (the cluster's; with `--adopt`, also unowned ones).
     pub ownership: Ownership,
     pub progress: Box<dyn Progress>,
+    /// The controller image this run built, once a step asked for it.
+    built_image: std::sync::OnceLock<Image>,
 }
 
 impl Context {
@@ -97,6 +100,7 @@ impl Context {
             spot_allowed: inputs.spot_allowed,
             options: inputs.options,
             progress: inputs.progress,
+            built_image: std::sync::OnceLock::new(),
         })
     }
 
@@ -119,6 +123,42 @@ impl Context {
         match self.config.identity {
             Identity::Irsa => Some(self.controller_role_arn()),
             Identity::PodIdentity => None,
+        }
+    }
+
+    /// The bundled controller runs an image jointer builds (not a published one).
+    pub fn builds_controller_image(&self) -> bool {
+        let c = &self.config.controller;
+        c.install == Install::Bundled
+            && matches!(c.image.source(&self.cluster.name), ImageSource::Built { .. })
+    }
+
+    /// The ECR repository a built image goes to (or went to, when one is no longer built) and
+    /// how many images it keeps.
+    pub fn ecr_repository(&self) -> (String, u32) {
+        self.config.controller.image.ecr_target(&self.cluster.name)
+    }
+
+    /// The controller image this jointer builds from its workspace (built once per run).
+    pub fn controller_image(&self) -> Result<&Image> {
+        if let Some(image) = self.built_image.get() {
+            return Ok(image);
+        }
+        let image = tokio::task::block_in_place(|| crate::image::build(self.progress.as_ref()))
+            .context("building the controller image")?;
+        Ok(self.built_image.get_or_init(|| image))
+    }
+
+    /// What the controller Deployment runs: the published `repository:tag`, or the ECR
+    /// repository's URI pinned to the built image's digest.
+    pub fn controller_image_reference(&self) -> Result<String> {
+        match self.config.controller.image.source(&self.cluster.name) {
+            ImageSource::Published(reference) => Ok(reference),
+            ImageSource::Built { ecr_repository, .. } => Ok(format!(
+                "{}/{ecr_repository}@{}",
+                self.cluster.ecr_registry(),
+                self.controller_image()?.digest()
+            )),
         }
     }
 

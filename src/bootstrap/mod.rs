@@ -13,7 +13,7 @@ pub mod run;
 use anyhow::Result;
 use serde::Serialize;
 
-use aws::{controller_identity, discovery, iam, interruption, node_access, node_role, sweep};
+use aws::{controller_identity, controller_image, discovery, iam, interruption, node_access, node_role, sweep};
 use cluster::controller::{self as controller_install, helm};
 use cluster::{crds, inventory, kube_objects, nodes};
 pub use context::{open, Context, Options, Templates};
@@ -55,6 +55,7 @@ pub enum Step {
     NodeAccess,
     Interruption,
     ControllerIdentity,
+    ControllerImage,
     Crds,
     ControllerInstall,
     NodeObjects,
@@ -63,12 +64,13 @@ pub enum Step {
 }
 
 impl Step {
-    pub const APPLY_ORDER: [Step; 9] = [
+    pub const APPLY_ORDER: [Step; 10] = [
         Step::DiscoveryTags,
         Step::NodeRole,
         Step::NodeAccess,
         Step::Interruption,
         Step::ControllerIdentity,
+        Step::ControllerImage,
         Step::Crds,
         Step::ControllerInstall,
         Step::NodeObjects,
@@ -81,12 +83,13 @@ impl Step {
     /// controller still left on AWS. Only then the controller's identity and the nodes'
     /// access, the rules and queue, the roles, and the discovery tags last, so nothing that
     /// is still running loses what it needs.
-    pub const TEARDOWN_ORDER: [Step; 10] = [
+    pub const TEARDOWN_ORDER: [Step; 11] = [
         Step::NodeObjects,
         Step::ControllerInstall,
         Step::Crds,
         Step::Inventory,
         Step::Sweep,
+        Step::ControllerImage,
         Step::ControllerIdentity,
         Step::NodeAccess,
         Step::Interruption,
@@ -101,6 +104,7 @@ impl Step {
             Step::NodeAccess => "node access",
             Step::Interruption => "interruption queue and rules",
             Step::ControllerIdentity => "controller identity",
+            Step::ControllerImage => "controller image",
             Step::Crds => "CRDs",
             Step::ControllerInstall => "controller install",
             Step::NodeObjects => "node classes and pools",
@@ -196,6 +200,7 @@ pub enum Action {
     NodeAccess(node_access::Action),
     Interruption(interruption::Action),
     ControllerIdentity(controller_identity::Action),
+    ControllerImage(controller_image::Action),
     Kube(kube_objects::Action),
     Helm(helm::Action),
     Nodes(nodes::Action),
@@ -229,6 +234,7 @@ pub async fn plan_step(ctx: &Context, step: Step, goal: Goal) -> Result<StepPlan
         Step::NodeAccess => node_access::plan(ctx, goal).await,
         Step::Interruption => interruption::plan(ctx, goal).await,
         Step::ControllerIdentity => controller_identity::plan(ctx, goal).await,
+        Step::ControllerImage => controller_image::plan(ctx, goal).await,
         Step::Crds => crds::plan(ctx, goal).await,
         Step::ControllerInstall => controller_install::plan(ctx, goal).await,
         Step::NodeObjects => nodes::plan(ctx, goal).await,
@@ -245,6 +251,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         Action::NodeAccess(a) => node_access::execute(ctx, a).await,
         Action::Interruption(a) => interruption::execute(ctx, a).await,
         Action::ControllerIdentity(a) => controller_identity::execute(ctx, a).await,
+        Action::ControllerImage(a) => controller_image::execute(ctx, a).await,
         Action::Kube(a) => kube_objects::execute(ctx, a).await,
         Action::Helm(a) => helm::execute(ctx, a).await,
         Action::Nodes(a) => nodes::execute(ctx, a).await,

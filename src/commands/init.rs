@@ -22,7 +22,9 @@ controller:
   install: bundled        # bundled (jointer-controller) | helm (upstream Karpenter chart) | none
   namespace: kube-system
   replicas: 2             # two replicas elect a leader; the second takes over in seconds
-  # image: {{ repository: ghcr.io/jointer-dev/jointer-controller, tag: "{version}" }}
+  # By default jointer builds the controller's image from its own workspace and pushes it to
+  # ECR repository jointer-controller/<cluster>; or name an image you publish:
+  # image: {{ repository: ghcr.io/me/jointer-controller, tag: "{version}" }}
   # helm: {{ chart: oci://public.ecr.aws/karpenter/karpenter, version: "1.8.1" }}
 
 # Spot interruption handling: an SQS queue (named after the cluster) fed by five EventBridge rules.

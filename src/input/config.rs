@@ -118,29 +118,93 @@ impl Default for Controller {
     }
 }
 
+/// The bundled controller's image. By default jointer builds it from the workspace it was
+/// built from and pushes it to an ECR repository it creates; `repository` (and `tag`) name
+/// an image you publish instead, which jointer then installs as it is.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Image {
-    #[serde(default = "default_image_repository")]
-    pub repository: String,
-    /// Defaults to the version of this jointer binary, so CLI and controller match.
-    #[serde(default = "default_image_tag")]
-    pub tag: String,
+    /// A published image's repository (`ghcr.io/me/jointer-controller`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// The published image's tag (default: this jointer's version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// The ECR repository jointer builds into (default `jointer-controller/<cluster>`: one per
+    /// cluster, so tearing one cluster down never removes an image another runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecr_repository: Option<String>,
+    /// How many images the repository's lifecycle policy keeps.
+    #[serde(default = "default_keep_images")]
+    pub keep_images: u32,
 }
 
-fn default_image_repository() -> String {
-    "ghcr.io/jointer-dev/jointer-controller".into()
-}
-fn default_image_tag() -> String {
-    env!("CARGO_PKG_VERSION").into()
+fn default_keep_images() -> u32 {
+    10
 }
 
 impl Default for Image {
     fn default() -> Self {
         Image {
-            repository: default_image_repository(),
-            tag: default_image_tag(),
+            repository: None,
+            tag: None,
+            ecr_repository: None,
+            keep_images: default_keep_images(),
         }
+    }
+}
+
+/// Where the controller's image comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// `repository:tag`, as given.
+    Published(String),
+    /// Built by jointer into this ECR repository, keeping this many images.
+    Built { ecr_repository: String, keep: u32 },
+}
+
+impl Image {
+    pub fn source(&self, cluster: &str) -> ImageSource {
+        match &self.repository {
+            Some(repository) => ImageSource::Published(format!(
+                "{repository}:{}",
+                self.tag
+                    .clone()
+                    .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string())
+            )),
+            None => {
+                let (ecr_repository, keep) = self.ecr_target(cluster);
+                ImageSource::Built {
+                    ecr_repository,
+                    keep,
+                }
+            }
+        }
+    }
+
+    /// The ECR repository an image jointer builds goes to, and how many images it keeps
+    /// (also when a published image is used now: teardown finds the repository by it).
+    pub fn ecr_target(&self, cluster: &str) -> (String, u32) {
+        let name = self
+            .ecr_repository
+            .clone()
+            .unwrap_or_else(|| format!("jointer-controller/{}", cluster.to_ascii_lowercase()));
+        (name, self.keep_images)
+    }
+}
+
+/// ECR's repository-name rule: lower-case components of letters and digits joined by `.`,
+/// `_` or `-`, separated by `/`; 2 to 256 characters.
+pub fn check_ecr_repository(name: &str) -> Result<(), String> {
+    let component = |c: &str| {
+        !c.is_empty()
+            && c.split(['.', '_', '-'])
+                .all(|w| !w.is_empty() && w.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit()))
+    };
+    if (2..=256).contains(&name.len()) && name.split('/').all(component) {
+        Ok(())
+    } else {
+        Err(format!("{name:?} is not a valid ECR repository name (2-256 characters: lower-case letters and digits, words joined by '.', '_' or '-', namespaces separated by '/', e.g. jointer-controller/prod)"))
     }
 }
 
@@ -485,6 +549,30 @@ fn validate(config: &Config) -> Vec<(&'static str, String)> {
                 "{:?} is not a valid namespace name (lower-case letters, digits and '-', at most 63)",
                 config.controller.namespace
             ),
+        ));
+    }
+    let image = &config.controller.image;
+    if image.repository.is_some() && image.ecr_repository.is_some() {
+        problems.push((
+            "controller.image",
+            "repository names a published image and ecrRepository one jointer builds: give one of them".to_string(),
+        ));
+    }
+    if image.tag.is_some() && image.repository.is_none() {
+        problems.push((
+            "controller.image.tag",
+            "a tag without repository: add the published image's repository, or remove tag to let jointer build the image".to_string(),
+        ));
+    }
+    if let Some(name) = &image.ecr_repository {
+        if let Err(e) = check_ecr_repository(name) {
+            problems.push(("controller.image.ecrRepository", e));
+        }
+    }
+    if !(1..=1000).contains(&image.keep_images) {
+        problems.push((
+            "controller.image.keepImages",
+            format!("{}: keep 1 to 1000 images", image.keep_images),
         ));
     }
     if let Err(e) = jointer_controller::settings::check_overrides(&config.controller.settings) {

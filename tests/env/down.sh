@@ -14,9 +14,9 @@ take_env_lock
 
 PID_DIR="${RUN_DIR}/pids"
 # Reverse start order: clients (node-join simulator, gap layer, kwok, scheduler,
-# controller-manager) before the API server and moto, the API server before etcd, so nothing
-# logs a storm of connection errors on the way out.
-STOP_ORDER=(nodejoin gap kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto)
+# controller-manager) before the API server, the registry and moto, the API server before
+# etcd, so nothing logs a storm of connection errors on the way out.
+STOP_ORDER=(nodejoin gap registry kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto)
 
 if [[ ! -d "$RUN_DIR" ]]; then
   log "nothing to stop (${RUN_DIR} does not exist)"

@@ -27,6 +27,8 @@ MOTO_VERSION="5.2.5"    # keep in sync with requirements.txt
 # the module proxy serves this toolchain.
 KARPENTER_VERSION="$(gomod_version "${ENV_DIR}/upstream-crds/go.mod" github.com/aws/karpenter-provider-aws)"
 UPSTREAM_GOTOOLCHAIN="go1.27.3"
+# The CNCF distribution registry behind the gap layer's ECR (read from registry/go.mod).
+REGISTRY_VERSION="$(gomod_version "${ENV_DIR}/registry/go.mod" github.com/distribution/distribution/v3)"
 
 K8S_BIN="${CACHE_DIR}/kubernetes-${K8S_VERSION}"
 ETCD_BIN="${CACHE_DIR}/etcd-${ETCD_VERSION}"
@@ -34,6 +36,7 @@ KWOK_BIN="${CACHE_DIR}/kwok-${KWOK_VERSION}"
 HELM_BIN="${CACHE_DIR}/helm-${HELM_VERSION}"
 MOTO_DIR="${CACHE_DIR}/moto-${MOTO_VERSION}"
 UPSTREAM_CRDS_DIR="${CACHE_DIR}/karpenter-crds-${KARPENTER_VERSION}"
+REGISTRY_BIN="${CACHE_DIR}/registry-${REGISTRY_VERSION}"
 MOTO_PYTHON="${MOTO_DIR}/venv/bin/python"
 
 # --- ports (loopback only) -------------------------------------------------------------
@@ -48,6 +51,8 @@ KWOK_PORT="${JOINTER_KWOK_PORT:-20247}"
 MOTO_PORT="${JOINTER_MOTO_PORT:-25000}"
 # The gap layer (gap/gap.py) in front of moto; AWS_ENDPOINT_URL points here.
 GAP_PORT="${JOINTER_GAP_PORT:-25001}"
+# The OCI registry (distribution) that ECR's GetAuthorizationToken points clients at.
+REGISTRY_PORT="${JOINTER_REGISTRY_PORT:-25002}"
 
 # --- node-join simulator (gap/nodejoin.py) ---------------------------------------------
 # How long after its launch a cluster instance registers its Node, and how often moto is

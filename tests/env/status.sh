@@ -28,4 +28,8 @@ for pidfile in "${RUN_DIR}"/pids/*.pid; do
   fi
 done
 printf '%-26s %8s %8d MB\n' total "" $(( total_kb / 1024 ))
+if [[ -d "${RUN_DIR}/registry" ]]; then
+  printf '%-26s %8s %8d MB\n' "registry storage (disk)" "" \
+    $(( $(du -sk "${RUN_DIR}/registry" | cut -f1) / 1024 ))
+fi
 exit "$rc"

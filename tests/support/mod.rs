@@ -78,8 +78,20 @@ impl Workspace {
 
     /// `jointer` with extra environment variables (e.g. a PATH without a tool).
     pub fn jointer_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let out = Command::new(env!("CARGO_BIN_EXE_jointer"))
+        let jointer = Path::new(env!("CARGO_BIN_EXE_jointer"));
+        let out = Command::new(jointer)
             .args(args)
+            // The controller image is built from the debug controller binary cargo built
+            // beside this jointer (`cargo build --workspace`; a release build per test would
+            // take minutes), its packed layer cached across tests.
+            .env(
+                "JOINTER_CONTROLLER_BINARY",
+                jointer.with_file_name("jointer-controller"),
+            )
+            .env(
+                "JOINTER_IMAGE_CACHE_DIR",
+                jointer.with_file_name("jointer-image-cache"),
+            )
             .envs(env.iter().copied())
             .current_dir(self.dir.path())
             .env_remove("JOINTER_CONFIG")

@@ -18,6 +18,7 @@ pub struct Clients {
     pub events: aws_sdk_eventbridge::Client,
     pub eks: aws_sdk_eks::Client,
     pub ec2: aws_sdk_ec2::Client,
+    pub ecr: aws_sdk_ecr::Client,
 }
 
 pub const MAX_ATTEMPTS: u32 = 8;
@@ -36,6 +37,7 @@ impl Clients {
             events: aws_sdk_eventbridge::Client::new(&config),
             eks: aws_sdk_eks::Client::new(&config),
             ec2: aws_sdk_ec2::Client::new(&config),
+            ecr: aws_sdk_ecr::Client::new(&config),
         }
     }
 }
@@ -181,6 +183,15 @@ impl Cluster {
     }
 
     /// Whether EKS access entries can grant node access (else only aws-auth can).
+    /// The host of the account's private ECR registry in this region.
+    pub fn ecr_registry(&self) -> String {
+        let suffix = match self.partition {
+            Partition::AwsCn => "amazonaws.com.cn",
+            _ => "amazonaws.com",
+        };
+        format!("{}.dkr.ecr.{}.{suffix}", self.account, self.region)
+    }
+
     pub fn access_entries_enabled(&self) -> bool {
         self.authentication_mode != "CONFIG_MAP"
     }

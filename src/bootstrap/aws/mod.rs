@@ -6,6 +6,7 @@
 
 pub mod clients;
 pub mod controller_identity;
+pub mod controller_image;
 pub mod discovery;
 pub mod iam;
 pub mod interruption;

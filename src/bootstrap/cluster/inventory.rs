@@ -38,7 +38,7 @@ fn desired(ctx: &Context) -> Result<BTreeSet<ObjectRef>> {
         refs.insert(ObjectRef::of(&crd)?);
     }
     if ctx.config.controller.install == Install::Bundled {
-        for object in controller::bundle::desired(ctx)? {
+        for object in controller::bundle::refs(ctx)? {
             refs.insert(ObjectRef::of(&object)?);
         }
     }

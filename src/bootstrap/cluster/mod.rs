@@ -8,4 +8,5 @@ pub mod crds;
 pub mod inventory;
 pub mod kube_objects;
 pub mod nodes;
+pub mod pod_trouble;
 pub mod waits;

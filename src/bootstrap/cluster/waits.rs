@@ -1,15 +1,18 @@
 //! `apply --wait`: until the controller Deployment is Available and every EC2NodeClass is
-//! Ready, with progress, and the failing condition's reason when one is not.
+//! Ready, with progress, and the failing condition's reason when one is not; a controller
+//! pod that cannot start (image, crash loop, scheduling) ends the wait at once, naming why.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, LogParams};
 use serde_json::Value;
 
 use super::kube_objects::{self, ObjectRef};
 use super::nodes;
+use super::pod_trouble::{self, Trouble};
 use crate::bootstrap::Context;
 use crate::cluster as live;
 
@@ -96,16 +99,63 @@ where
     }
 }
 
+/// What keeps the Deployment's pods from starting, with a crashing container's last log lines.
+async fn controller_trouble(pods: &Api<Pod>, d: &Deployment) -> Result<Option<String>> {
+    let selector = d
+        .spec
+        .selector
+        .match_labels
+        .as_ref()
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    let listed = pods.list(&ListParams::default().labels(&selector)).await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let Some(trouble) = pod_trouble::trouble(&listed.items, now) else {
+        return Ok(None);
+    };
+    let mut text = trouble.to_string();
+    if let Trouble::Crashing { pod, container, .. } = &trouble {
+        let params = LogParams {
+            container: Some(container.clone()),
+            previous: true,
+            tail_lines: Some(10),
+            ..Default::default()
+        };
+        if let Ok(log) = pods.logs(pod, &params).await {
+            if !log.trim().is_empty() {
+                text.push_str("\n  last log lines:\n");
+                for line in log.lines() {
+                    text.push_str(&format!("    {line}\n"));
+                }
+            }
+        }
+    }
+    Ok(Some(text))
+}
+
 pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
     let c = &ctx.config.controller;
     if let Some((namespace, name)) = live::controller_deployment(c) {
         let api: Api<Deployment> = Api::namespaced(ctx.kube.clone(), &namespace);
         let what = format!("Deployment {namespace}/{name} to be Available");
+        let pods: Api<Pod> = Api::namespaced(ctx.kube.clone(), &namespace);
         poll(ctx, &what, || async {
-            Ok(api
-                .get_opt(&name)
-                .await?
-                .is_some_and(|d| deployment_available(&d)))
+            let Some(d) = api.get_opt(&name).await? else {
+                return Ok(false);
+            };
+            if deployment_available(&d) {
+                return Ok(true);
+            }
+            if let Some(trouble) = controller_trouble(&pods, &d).await? {
+                bail!("Deployment {namespace}/{name} cannot start: {trouble}");
+            }
+            Ok(false)
         })
         .await?;
     }

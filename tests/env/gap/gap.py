@@ -17,10 +17,15 @@ body) and moto's answer comes back unchanged. It handles:
   into it (its instance type and zone, while it has room).
 - EC2 capacity reservations: Create, Describe (ids, filters, pages), Cancel; the available
   count is the total less the reservation's instances that are not terminated.
+- ECR: GetAuthorizationToken pointing at the local registry (distribution) with its
+  credentials; DescribeImages, ListImages, BatchGetImage, BatchDeleteImage answered from (and
+  done in) that registry; DeleteRepository refusing a repository with images unless forced,
+  and then deleting them; DescribeRepositories pages. The rest of ECR is moto's.
 - Fault injection (throttling, 5xx, latency, fail the Nth mutating call, ICE) and a call
-  log, controlled under /_gap/ (see README.md).
+  log, controlled under /_gap/ (see README.md); the registry's requests since the last reset
+  (GET /_gap/registry/requests).
 
-Listens on 127.0.0.1 only and talks only to moto on 127.0.0.1. Started by up.sh with the
+Listens on 127.0.0.1 only and talks only to moto and the registry on 127.0.0.1. Started by up.sh with the
 moto venv's python (boto3 and PyYAML are there).
 """
 
@@ -33,6 +38,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 import threading
@@ -63,7 +69,7 @@ JSON_TARGET_SERVICES = {
 # Assume, ...) is a read. Order does not matter, prefixes are matched on the operation.
 MUTATING_VERBS = (
     "Create", "Delete", "Put", "Update", "Modify", "Attach", "Detach", "Add", "Remove",
-    "Tag", "Untag", "Run", "Terminate", "Start", "Stop", "Reboot", "Associate",
+    "Tag", "Untag", "BatchDelete", "Run", "Terminate", "Start", "Stop", "Reboot", "Associate",
     "Disassociate", "Register", "Deregister", "Set", "Enable", "Disable", "Send",
     "Change", "Replace", "Import", "Copy", "Authorize", "Revoke", "Allocate", "Release",
     "Assign", "Unassign", "Accept", "Reject", "Cancel", "Request", "Purchase", "Reset",
@@ -387,7 +393,11 @@ class Gap:
         self.image_lock = threading.Lock()
         self.reset_cv = threading.Condition()
         self.resetting = False
+        self.registry = Registry(args.registry_url, args.registry_password_file, args.registry_storage,
+                                 args.registry_access_log) if args.registry_url else None
         self.reset_state()
+        if self.registry is not None:
+            self.registry.mark()  # the request log starts with the gap layer
 
     @staticmethod
     def _load_prices(path):
@@ -1811,12 +1821,392 @@ def arch_mismatch(gap, region, cand, type_info):
     return None
 
 
+# ---- ECR, backed by the local registry ---------------------------------------------------
+#
+# moto keeps the repositories (create, describe, policies, tags, ...); the images are what the
+# real registry (distribution, on 127.0.0.1) holds in the repository of the same name, where
+# clients push with GetAuthorizationToken's credentials. The gap layer reads and deletes them
+# through the registry's HTTP API with those credentials, and reads the push times (which the
+# API does not give) and the untagged manifests (which it cannot list) from its storage.
+
+ECR_TARGET = "AmazonEC2ContainerRegistry_V20150921."
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+MANIFEST_TYPES = [
+    OCI_INDEX, "application/vnd.oci.image.manifest.v1+json", DOCKER_LIST,
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.v1+prettyjws",
+]
+ACCESS_LOG_LINE = re.compile(
+    r'^(?P<host>\S+) \S+ (?P<user>\S+) \[(?P<time>[^\]]+)\] "(?P<method>[A-Z]+) (?P<path>\S+) '
+    r'[^"]*" (?P<status>\d{3}) (?P<bytes>\d+|-)(?: "(?P<referer>[^"]*)" "(?P<ua>[^"]*)")?')
+GAP_USER_AGENT = "jointer-gap/1"
+AUTH_TOKEN_HOURS = 12
+
+
+class Registry:
+    """The local registry, as the gap layer reaches it: HTTP API with the registry's
+    credentials, and its storage directory (filesystem driver)."""
+
+    def __init__(self, url, password_file, storage, access_log):
+        split = urlsplit(url)
+        self.url, self.host, self.port = url.rstrip("/"), split.hostname, split.port
+        self.password_file, self.storage, self.access_log = password_file, storage, access_log
+        self.log_offset = 0  # where the access log stood at the last reset
+
+    def password(self):
+        with open(self.password_file, encoding="utf-8") as f:
+            return f.read().strip()
+
+    def request(self, method, path, headers=None):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        try:
+            auth = base64.b64encode(f"AWS:{self.password()}".encode()).decode()
+            conn.request(method, path, headers={
+                "Authorization": f"Basic {auth}", "User-Agent": GAP_USER_AGENT, **(headers or {})})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        except OSError as e:
+            raise AwsError("ServerException", f"the local registry is not reachable: {e}", 500)
+        finally:
+            conn.close()
+
+    def repo_dir(self, repo):
+        return os.path.join(self.storage, "docker", "registry", "v2", "repositories", repo)
+
+    def manifest(self, repo, ref):
+        """(digest, media type, body) of a manifest, or None when the registry has none."""
+        status, headers, body = self.request(
+            "GET", f"/v2/{repo}/manifests/{ref}", {"Accept": ", ".join(MANIFEST_TYPES)})
+        if status == 404:
+            return None
+        if status != 200:
+            raise AwsError("ServerException", f"registry GET manifest {repo}:{ref}: {status}", 500)
+        digest = headers.get("docker-content-digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        return digest, headers.get("content-type", "").split(";")[0], body
+
+    def tags(self, repo):
+        out, path = [], f"/v2/{repo}/tags/list"
+        while path:
+            status, headers, body = self.request("GET", path)
+            if status == 404:
+                return out
+            if status != 200:
+                raise AwsError("ServerException", f"registry GET tags {repo}: {status}", 500)
+            out += json.loads(body).get("tags") or []
+            m = re.match(r"<([^>]+)>", headers.get("link", ""))
+            path = m.group(1) if m else None
+        return out
+
+    def revisions(self, repo):
+        """digest -> push time of every manifest the repository holds (tagged or not)."""
+        base = os.path.join(self.repo_dir(repo), "_manifests", "revisions")
+        out = {}
+        with contextlib.suppress(FileNotFoundError):
+            for algo in os.listdir(base):
+                for hexd in os.listdir(os.path.join(base, algo)):
+                    link = os.path.join(base, algo, hexd, "link")
+                    with contextlib.suppress(FileNotFoundError):
+                        out[f"{algo}:{hexd}"] = os.stat(link).st_mtime
+        return out
+
+    def delete_manifest(self, repo, ref):
+        status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{ref}")
+        if status not in (202, 404):
+            raise AwsError("ServerException", f"registry DELETE {repo}:{ref}: {status} {body[:200]!r}", 500)
+        return status == 202
+
+    def mark(self):
+        """The request log starts here."""
+        with contextlib.suppress(FileNotFoundError):
+            self.log_offset = os.path.getsize(self.access_log)
+
+    def wipe(self):
+        """Empties the storage (a reset): the registry has no cache, so it sees this at once."""
+        shutil.rmtree(os.path.join(self.storage, "docker"), ignore_errors=True)
+        self.mark()
+
+    def remove_repository(self, repo):
+        shutil.rmtree(self.repo_dir(repo), ignore_errors=True)
+
+    def requests_since_reset(self, everything=False):
+        out = []
+        with contextlib.suppress(FileNotFoundError):
+            with open(self.access_log, "rb") as f:
+                f.seek(self.log_offset)
+                data = f.read()
+            for raw in data.decode("utf-8", "replace").splitlines():
+                m = ACCESS_LOG_LINE.match(raw)
+                if not m:
+                    continue
+                ua = m.group("ua") or ""
+                if not everything and ua.startswith(GAP_USER_AGENT):
+                    continue
+                try:
+                    t = datetime.datetime.strptime(m.group("time"), "%d/%b/%Y:%H:%M:%S %z").timestamp()
+                except ValueError:
+                    t = None
+                b = m.group("bytes")
+                out.append({"method": m.group("method"), "path": m.group("path"),
+                            "status": int(m.group("status")), "bytes": 0 if b == "-" else int(b),
+                            "user_agent": ua, "t": t})
+        return out
+
+
+def image_size(registry, repo, media_type, body, depth=0):
+    """ECR's imageSizeInBytes: the layers' (compressed) sizes; an index's, its images'."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return len(body)
+    if media_type in (OCI_INDEX, DOCKER_LIST) or "manifests" in doc:
+        total = 0
+        for d in doc.get("manifests") or []:
+            child = registry.manifest(repo, d.get("digest")) if depth < 2 else None
+            total += image_size(registry, repo, child[1], child[2], depth + 1) if child else int(d.get("size") or 0)
+        return total
+    return sum(int(layer.get("size") or 0) for layer in doc.get("layers") or [])
+
+
+def ecr_repository(gap, call, body):
+    """moto's record of the call's repository (RepositoryNotFoundException as ECR answers)."""
+    kw = {"repositoryNames": [body.get("repositoryName") or ""]}
+    if body.get("registryId"):
+        kw["registryId"] = body["registryId"]
+    return gap.client("ecr", call.region).describe_repositories(**kw)["repositories"][0]
+
+
+def ecr_images(gap, repo):
+    """Every image the registry holds in the repository: digest -> details."""
+    reg = gap.registry
+    pushed = reg.revisions(repo)
+    images = {}
+    for tag in reg.tags(repo):
+        m = reg.manifest(repo, tag)
+        if m is None:
+            continue
+        digest = m[0]
+        img = images.get(digest)
+        if img is None:
+            img = images[digest] = {"digest": digest, "tags": [], "mediaType": m[1], "body": m[2]}
+        img["tags"].append(tag)
+    for digest in pushed:
+        if digest not in images:
+            m = reg.manifest(repo, digest)
+            if m is not None:
+                images[digest] = {"digest": digest, "tags": [], "mediaType": m[1], "body": m[2]}
+    for img in images.values():
+        img["pushedAt"] = pushed.get(img["digest"], time.time())
+        img["tags"].sort()
+    return images
+
+
+def image_id_text(image_id):
+    return (f"{{imageDigest:'{image_id.get('imageDigest') or 'null'}', "
+            f"imageTag:'{image_id.get('imageTag') or 'null'}'}}")
+
+
+def find_image(images, image_id):
+    """(image, failure code) of one imageId."""
+    digest, tag = image_id.get("imageDigest"), image_id.get("imageTag")
+    if not digest and not tag:
+        return None, "MissingDigestAndTag"
+    by_tag = next((i for i in images.values() if tag in i["tags"]), None) if tag else None
+    if digest:
+        img = images.get(digest)
+        if img and tag and by_tag is not img:
+            return None, "ImageTagDoesNotMatchDigest"
+        return img, (None if img else "ImageNotFound")
+    return by_tag, (None if by_tag else "ImageNotFound")
+
+
+FAILURE_REASONS = {
+    "ImageNotFound": "Requested image not found",
+    "MissingDigestAndTag": "Invalid request parameters: both tag and digest cannot be null",
+    "ImageTagDoesNotMatchDigest": "Invalid image tag for the specified image digest",
+    "UnsupportedImageType": "Unsupported image type",
+}
+
+
+def image_detail(repo_rec, repo, img, gap):
+    d = {
+        "registryId": repo_rec["registryId"], "repositoryName": repo,
+        "imageDigest": img["digest"],
+        "imageSizeInBytes": image_size(gap.registry, repo, img["mediaType"], img["body"]),
+        "imagePushedAt": round(img["pushedAt"], 3), "imageManifestMediaType": img["mediaType"],
+    }
+    if img["tags"]:
+        d["imageTags"] = list(img["tags"])
+    with contextlib.suppress(ValueError, AttributeError):
+        cfg = (json.loads(img["body"]).get("config") or {}).get("mediaType")
+        if cfg:
+            d["artifactMediaType"] = cfg
+    return d
+
+
+def handle_ecr(gap, call):
+    op = call.operation
+    if op == "GetAuthorizationToken":
+        return ecr_authorization_token(gap, call)
+    if op not in ("DescribeImages", "BatchGetImage", "BatchDeleteImage", "ListImages",
+                  "DeleteRepository", "DescribeRepositories"):
+        return None
+    body = call.json_body()
+    ctype = call.header("Content-Type") or "application/x-amz-json-1.1"
+    if op == "DescribeRepositories":
+        return ecr_describe_repositories(gap, call, body, ctype)
+    repo = body.get("repositoryName") or ""
+    repo_rec = ecr_repository(gap, call, body)
+    if op == "DeleteRepository":
+        images = ecr_images(gap, repo)
+        if images and not body.get("force"):
+            raise AwsError("RepositoryNotEmptyException",
+                           f"The repository with name '{repo}' in registry with id "
+                           f"'{repo_rec['registryId']}' cannot be deleted because it still contains images")
+        resp = gap.forward(call)
+        if resp.status == 200:
+            for digest in images:
+                gap.registry.delete_manifest(repo, digest)
+            gap.registry.remove_repository(repo)
+        return resp
+    images = ecr_images(gap, repo)
+    if op == "DescribeImages":
+        ids = body.get("imageIds")
+        if ids:
+            if body.get("maxResults") or body.get("nextToken"):
+                raise AwsError("InvalidParameterException",
+                               "Invalid parameter at 'maxResults' or 'nextToken': cannot be used with imageIds")
+            found = []
+            for image_id in ids:
+                img, _ = find_image(images, image_id)
+                if img is None:
+                    raise AwsError("ImageNotFoundException",
+                                   f"The image with imageId {image_id_text(image_id)} does not exist within "
+                                   f"the repository with name '{repo}' in the registry with id "
+                                   f"'{repo_rec['registryId']}'")
+                if img not in found:
+                    found.append(img)
+            return json_response({"imageDetails": [image_detail(repo_rec, repo, i, gap) for i in found]},
+                                 content_type=ctype)
+        status = ((body.get("filter") or {}).get("tagStatus") or "ANY").upper()
+        listed = sorted(images.values(), key=lambda i: (i["pushedAt"], i["digest"]))
+        if status == "TAGGED":
+            listed = [i for i in listed if i["tags"]]
+        elif status == "UNTAGGED":
+            listed = [i for i in listed if not i["tags"]]
+        chunk, token = ecr_page(body, listed, 100, 1000)
+        out = {"imageDetails": [image_detail(repo_rec, repo, i, gap) for i in chunk]}
+        if token:
+            out["nextToken"] = token
+        return json_response(out, content_type=ctype)
+    if op == "ListImages":
+        status = ((body.get("filter") or {}).get("tagStatus") or "ANY").upper()
+        ids = []
+        for img in sorted(images.values(), key=lambda i: (i["pushedAt"], i["digest"])):
+            if img["tags"] and status in ("ANY", "TAGGED"):
+                ids += [{"imageDigest": img["digest"], "imageTag": t} for t in img["tags"]]
+            elif not img["tags"] and status in ("ANY", "UNTAGGED"):
+                ids.append({"imageDigest": img["digest"]})
+        chunk, token = ecr_page(body, ids, 100, 1000)
+        out = {"imageIds": chunk}
+        if token:
+            out["nextToken"] = token
+        return json_response(out, content_type=ctype)
+    ids = body.get("imageIds") or []
+    done, failures = [], []
+    if op == "BatchGetImage":
+        accepted = body.get("acceptedMediaTypes") or [
+            "application/vnd.docker.distribution.manifest.v1+json",
+            "application/vnd.docker.distribution.manifest.v2+json",
+            "application/vnd.oci.image.manifest.v1+json"]
+        for image_id in ids:
+            img, code = find_image(images, image_id)
+            if img is not None and img["mediaType"] not in accepted:
+                img, code = None, "UnsupportedImageType"
+            if img is None:
+                failures.append({"imageId": image_id, "failureCode": code,
+                                 "failureReason": FAILURE_REASONS[code]})
+                continue
+            done.append({
+                "registryId": repo_rec["registryId"], "repositoryName": repo,
+                "imageId": {"imageDigest": img["digest"],
+                            **({"imageTag": image_id["imageTag"]} if image_id.get("imageTag") else {})},
+                "imageManifest": img["body"].decode("utf-8"),
+                "imageManifestMediaType": img["mediaType"]})
+        return json_response({"images": done, "failures": failures}, content_type=ctype)
+    # BatchDeleteImage: by digest deletes the image with its tags; by tag removes the tag,
+    # and the image with it when that was its last tag (as ECR does).
+    for image_id in ids:
+        img, code = find_image(images, image_id)
+        if img is None:
+            failures.append({"imageId": image_id, "failureCode": code,
+                             "failureReason": FAILURE_REASONS[code]})
+            continue
+        tag = image_id.get("imageTag")
+        if tag and not image_id.get("imageDigest"):
+            gap.registry.delete_manifest(repo, tag)
+            img["tags"].remove(tag)
+            if not img["tags"]:
+                gap.registry.delete_manifest(repo, img["digest"])
+                images.pop(img["digest"], None)
+            done.append({"imageDigest": img["digest"], "imageTag": tag})
+        else:
+            gap.registry.delete_manifest(repo, img["digest"])
+            images.pop(img["digest"], None)
+            done += [{"imageDigest": img["digest"], "imageTag": t} for t in img["tags"]] or \
+                [{"imageDigest": img["digest"]}]
+    return json_response({"imageIds": done, "failures": failures}, content_type=ctype)
+
+
+def ecr_page(body, items, default, max_allowed):
+    limit = body.get("maxResults") or default
+    if not isinstance(limit, int) or limit < 1 or limit > max_allowed:
+        raise AwsError("InvalidParameterException",
+                       f"Invalid parameter at 'maxResults' failed to satisfy constraint: "
+                       f"'Member must have value between 1 and {max_allowed}'")
+    start = decode_token(body.get("nextToken"))
+    chunk = items[start:start + limit]
+    return chunk, (encode_token(start + limit) if start + limit < len(items) else None)
+
+
+def ecr_describe_repositories(gap, call, body, ctype):
+    """moto's answer, paged (moto ignores maxResults and nextToken)."""
+    if not body.get("maxResults") and not body.get("nextToken"):
+        return None
+    if body.get("repositoryNames"):
+        raise AwsError("InvalidParameterException",
+                       "Invalid parameter at 'maxResults' or 'nextToken': cannot be used with repositoryNames")
+    resp = gap.forward(Call(call.method, call.raw_target, call.headers,
+                            json.dumps({k: v for k, v in body.items()
+                                        if k not in ("maxResults", "nextToken")}).encode(), call.region))
+    if resp.status != 200:
+        return resp
+    chunk, token = ecr_page(body, json.loads(resp.body).get("repositories") or [], 100, 1000)
+    out = {"repositories": chunk}
+    if token:
+        out["nextToken"] = token
+    return json_response(out, content_type=ctype)
+
+
+def ecr_authorization_token(gap, call):
+    body = call.json_body()
+    ids = body.get("registryIds") or [ACCOUNT]
+    token = base64.b64encode(f"AWS:{gap.registry.password()}".encode()).decode()
+    expires = round(time.time() + AUTH_TOKEN_HOURS * 3600, 3)
+    data = [{"authorizationToken": token, "expiresAt": expires, "proxyEndpoint": gap.registry.url}
+            for _ in ids]
+    return json_response({"authorizationData": data},
+                         content_type=call.header("Content-Type") or "application/x-amz-json-1.1")
+
+
 # ---- dispatch ----------------------------------------------------------------------------
 
 
 def route(gap, call):
     if call.service == "eks" and call.protocol == "rest-json":
         return handle_eks(gap, call)
+    if call.target and call.target.startswith(ECR_TARGET) and gap.registry is not None:
+        return handle_ecr(gap, call)
     if call.target and call.target.startswith("AWSPriceListService."):
         return handle_pricing(gap, call)
     if call.target in ("AmazonSSM.GetParameter", "AmazonSSM.GetParameters"):
@@ -1835,7 +2225,7 @@ def route(gap, call):
     return None
 
 
-def handle_control(gap, method, path, body):
+def handle_control(gap, method, path, body, query=""):
     """The /_gap/ API. Returns (status, JSON-able)."""
     def parse():
         if not body:
@@ -1919,10 +2309,17 @@ def handle_control(gap, method, path, body):
             gap.cluster_overrides[key] = {k: spec[k] for k in ("oidc", "authenticationMode", "ipFamily")
                                           if k in spec}
             return 200, gap.cluster_overrides[key]
+    if path == "/_gap/registry/requests" and method == "GET":
+        if gap.registry is None:
+            return 404, {"error": "the gap layer was started without a registry"}
+        everything = dict(parse_qsl(query)).get("all", "") not in ("", "0", "false")
+        return 200, gap.registry.requests_since_reset(everything)
     if path == "/_gap/reset" and method == "POST":
         gap.begin_reset()
         try:
             gap.reset_state()
+            if gap.registry is not None:
+                gap.registry.wipe()
             conn = http.client.HTTPConnection(gap.moto.hostname, gap.moto.port, timeout=60)
             try:
                 conn.request("POST", "/moto-api/reset")
@@ -1992,7 +2389,7 @@ class Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if path.startswith("/_gap/"):
             try:
-                status, obj = handle_control(gap, self.command, path, body)
+                status, obj = handle_control(gap, self.command, path, body, urlsplit(self.path).query)
             except ValueError as e:
                 status, obj = 400, {"error": f"invalid JSON: {e}"}
             self.send(json_response(obj, status))
@@ -2055,8 +2452,13 @@ def main():
     ap.add_argument("--world-file", default=None)
     ap.add_argument("--region", default="us-east-1")
     ap.add_argument("--prices", default=os.path.join(here, "prices.json"))
+    ap.add_argument("--registry-url", default=None,
+                    help="the local registry (http://127.0.0.1:PORT) behind ECR; without it ECR is moto's")
+    ap.add_argument("--registry-password-file", default=None)
+    ap.add_argument("--registry-storage", default=None, help="the registry's filesystem root directory")
+    ap.add_argument("--registry-access-log", default=None)
     args = ap.parse_args()
-    for url in (args.moto_url,):
+    for url in (args.moto_url,) + ((args.registry_url,) if args.registry_url else ()):
         if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
             sys.exit(f"gap.py: {url} is not a loopback address")
     Handler.gap = Gap(args)

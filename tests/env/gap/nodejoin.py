@@ -15,9 +15,17 @@ kwok.x-k8s.io/node=fake, so kwok makes it Ready and runs its pods. When the inst
 terminated (or gone from moto) the Node is deleted. An instance whose user data cannot be
 parsed or would not join is logged once and never joined.
 
+It also plays the kubelet's image pull for the test world's ECR images: a pod with a
+container image on 123456789012.dkr.ecr.<region>.amazonaws.com/<repo>[:tag|@digest] is looked
+up in the local registry (GET /v2/<repo>/manifests/<ref> with the registry's credentials) and
+annotated jointer.dev/image-pull=pulled, or =failed with the pull errors; kwok's stages
+(kwok/stages.yaml) start the pod only when pulled, and report ErrImagePull/ImagePullBackOff
+when failed. Failed pods are looked up again every few seconds, as a kubelet retries.
+
 Talks to moto directly (not through the gap layer: these calls are not the product's, so
-they are neither logged nor subject to injected faults) and to the API server with the
-admin client certificate. Started by up.sh; logs to stdout (.run/logs/nodejoin.log).
+they are neither logged nor subject to injected faults), to the API server with the
+admin client certificate and to the registry on 127.0.0.1. Started by up.sh; logs to stdout
+(.run/logs/nodejoin.log).
 """
 
 import argparse
@@ -31,6 +39,7 @@ import os
 import re
 import shlex
 import sys
+import threading
 import time
 import tomllib
 from urllib.parse import urlsplit
@@ -63,6 +72,20 @@ TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 WINDOWS_BUILDS = {"2019": "10.0.17763", "2022": "10.0.20348", "2025": "10.0.26100"}
 # Images whose root device is /dev/xvda (the EKS AMIs and the Amazon Linux ones).
 EKS_LINUX_IMAGE = re.compile(r"^(amazon-eks-|al2023-ami-|amzn2-ami-)")
+
+
+# The kubelet's image pull for the test world's ECR (see ImagePuller).
+ECR_ACCOUNT = "123456789012"  # moto's account: the only registry of the test world
+ECR_IMAGE = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
+                       r"(?P<rest>.+)$")
+PULL_ANNOTATION = "jointer.dev/image-pull"
+PULL_ERRORS_ANNOTATION = "jointer.dev/image-pull-errors"
+# What containerd asks a registry for when it resolves a reference.
+MANIFEST_ACCEPT = ", ".join([
+    "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json", "*/*",
+])
 
 
 def log(msg):
@@ -411,6 +434,188 @@ def check_labels(labels):
 
 
 # ---- the simulator -----------------------------------------------------------------------
+
+
+def ecr_reference(image, account=ECR_ACCOUNT):
+    """(repository, reference) in the local registry of an image of the test world's ECR, or
+    None for any other image. A digest wins over a tag; neither means `latest`."""
+    m = ECR_IMAGE.match(image or "")
+    if not m or m.group("account") != account:
+        return None
+    rest, digest = m.group("rest"), None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+    tag = None
+    if ":" in rest.rsplit("/", 1)[-1]:
+        rest, tag = rest.rsplit(":", 1)
+    return rest, digest or tag or "latest"
+
+
+class ImagePuller:
+    """The kubelet's image pull, for pods with images of the test world's ECR: watches every
+    pod, looks such images up in the registry, and annotates the pod (see the module doc).
+    Runs in its own thread with its own API server session."""
+
+    def __init__(self, args, kube):
+        self.args = args
+        self.kube = kube
+        self.registry = requests.Session()
+        self.registry.trust_env = False
+        self.registry.headers["User-Agent"] = "jointer-kubelet/1 (node-join simulator)"
+        self.failed = {}  # pod uid -> (namespace, name, images, errors) of pods whose pull failed
+        self.pulled = set()  # uids of pods annotated pulled (their watch events may lag the patch)
+        self.last_recheck = 0.0
+
+    def password(self):
+        # Read at every look-up: up.sh writes it before it starts us, and it never changes
+        # while the environment is up, but reading it is cheap.
+        with open(self.args.registry_password_file, encoding="utf-8") as f:
+            return f.read().strip()
+
+    def api(self, method, path, **kw):
+        return self.kube.request(method, self.args.apiserver_url + path, timeout=15, **kw)
+
+    @staticmethod
+    def ecr_images(pod):
+        spec = pod.get("spec") or {}
+        images = []
+        for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            img = c.get("image")
+            if img and ecr_reference(img) and img not in images:
+                images.append(img)
+        return images
+
+    def pull_error(self, image):
+        """None when the registry has the image's manifest, else the kubelet's error for it."""
+        repo, ref = ecr_reference(image)
+        url = f"{self.args.registry_url}/v2/{repo}/manifests/{ref}"
+        try:
+            r = self.registry.get(url, auth=("AWS", self.password()), timeout=10,
+                                  headers={"Accept": MANIFEST_ACCEPT})
+        except (requests.RequestException, OSError) as e:
+            return (f'rpc error: code = Unknown desc = failed to pull and unpack image "{image}": '
+                    f'failed to resolve reference "{image}": {type(e).__name__}: {e}')
+        if r.status_code == 200:
+            return None
+        detail = ""
+        try:
+            errs = r.json().get("errors") or []
+            detail = "; ".join(e.get("message", "") for e in errs if e.get("message"))
+        except ValueError:
+            pass
+        if r.status_code == 404:
+            return (f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                    f'failed to resolve reference "{image}": {image}: not found: '
+                    f'{detail or "manifest unknown"}')
+        return (f'rpc error: code = Unknown desc = failed to pull and unpack image "{image}": '
+                f'failed to resolve reference "{image}": unexpected status from GET request to '
+                f'{url}: {r.status_code} {r.reason}' + (f": {detail}" if detail else ""))
+
+    def annotate(self, ns, name, errors):
+        value = "failed" if errors else "pulled"
+        patch = {"metadata": {"annotations": {
+            PULL_ANNOTATION: value,
+            PULL_ERRORS_ANNOTATION: json.dumps(errors, sort_keys=True) if errors else None}}}
+        r = self.api("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", data=json.dumps(patch),
+                     headers={"Content-Type": "application/merge-patch+json"})
+        if r.status_code == 404:
+            return False
+        if r.status_code != 200:
+            raise requests.RequestException(f"annotating pod {ns}/{name}: {r.status_code} {r.text[:200]}")
+        return True
+
+    def check(self, pod_key, ns, name, images, previous=None):
+        errors = {img: err for img in images if (err := self.pull_error(img))}
+        if errors == previous:
+            return
+        if not self.annotate(ns, name, errors):
+            self.failed.pop(pod_key, None)
+            return
+        if errors:
+            self.failed[pod_key] = (ns, name, images, errors)
+            if previous is None:
+                log(f"pod {ns}/{name}: cannot pull {', '.join(sorted(errors))} (ErrImagePull)")
+        else:
+            self.failed.pop(pod_key, None)
+            self.pulled.add(pod_key)
+            log(f"pod {ns}/{name}: pulled {', '.join(images)}")
+
+    def saw(self, kind, pod):
+        meta = pod.get("metadata") or {}
+        key, ns, name = meta.get("uid"), meta.get("namespace"), meta.get("name")
+        if kind == "DELETED" or meta.get("deletionTimestamp"):
+            self.failed.pop(key, None)
+            self.pulled.discard(key)
+            return
+        images = self.ecr_images(pod)
+        if not images:
+            return
+        state = (meta.get("annotations") or {}).get(PULL_ANNOTATION)
+        if state == "pulled":
+            self.failed.pop(key, None)
+        elif key in self.pulled or key in self.failed:
+            return  # annotated already; this event is from before the annotation
+        elif state == "failed":
+            if key not in self.failed:  # e.g. after a restart of the simulator
+                try:
+                    errors = json.loads(meta["annotations"].get(PULL_ERRORS_ANNOTATION) or "{}")
+                except ValueError:
+                    errors = {}
+                self.failed[key] = (ns, name, images, errors)
+        else:
+            self.check(key, ns, name, images)
+
+    def recheck(self):
+        """The kubelet's retries: a failed pod whose images are now there is pulled."""
+        self.last_recheck = time.time()
+        for key, (ns, name, images, errors) in list(self.failed.items()):
+            self.check(key, ns, name, images, previous=errors)
+
+    def run(self):
+        while True:
+            try:
+                r = self.api("GET", "/api/v1/pods")
+                r.raise_for_status()
+                listing = r.json()
+                for pod in listing.get("items", []):
+                    self.saw("ADDED", pod)
+                self.watch(listing["metadata"]["resourceVersion"])
+            except Exception as e:  # relist after any failure; the log says what broke
+                log(f"image puller: {type(e).__name__}: {str(e)[:200]}; relisting pods")
+                time.sleep(1)
+
+    def watch(self, rv):
+        """Follows pod events from rv; returns (to relist) when the watch has expired."""
+        while True:
+            # A short server-side timeout, so failed pods are re-checked between watches.
+            timeout = max(1, int(self.args.pull_retry_s))
+            with self.kube.get(f"{self.args.apiserver_url}/api/v1/pods",
+                               params={"watch": "1", "resourceVersion": rv,
+                                       "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)},
+                               stream=True, timeout=(5, timeout + 30)) as r:
+                if r.status_code == 410:
+                    return
+                r.raise_for_status()
+                buf = b""
+                for chunk in r.iter_content(chunk_size=None):
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        if not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        obj = ev.get("object") or {}
+                        if ev.get("type") == "ERROR":
+                            if obj.get("code") == 410:
+                                return
+                            raise requests.RequestException(f"watch error: {obj}")
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if ev.get("type") != "BOOKMARK":
+                            self.saw(ev["type"], obj)
+                    if time.time() - self.last_recheck >= self.args.pull_retry_s:
+                        self.recheck()
+            if time.time() - self.last_recheck >= self.args.pull_retry_s:
+                self.recheck()
 
 
 class Simulator:
@@ -807,6 +1012,12 @@ class Simulator:
                 "containerd://2.1.4")
 
     def run(self):
+        if self.args.registry_url:
+            kube = requests.Session()
+            kube.trust_env = False
+            kube.cert, kube.verify = self.kube.cert, self.kube.verify
+            threading.Thread(target=ImagePuller(self.args, kube).run, name="image-puller",
+                             daemon=True).start()
         while True:
             try:
                 self.recover()
@@ -851,8 +1062,13 @@ def main():
     ap.add_argument("--delay-ms", type=int, default=int(os.environ.get("JOINTER_NODE_JOIN_DELAY_MS", "2000")))
     ap.add_argument("--memory-overhead-percent", type=float,
                     default=float(os.environ.get("JOINTER_NODE_MEMORY_OVERHEAD_PERCENT", "5")))
+    ap.add_argument("--registry-url", default=None,
+                    help="the local registry (http://127.0.0.1:PORT); without it no image pulls are simulated")
+    ap.add_argument("--registry-password-file", default=None)
+    ap.add_argument("--pull-retry-s", type=float, default=float(os.environ.get("JOINTER_IMAGE_PULL_RETRY_S", "3")),
+                    help="how often a pod whose pull failed is looked up again")
     args = ap.parse_args()
-    for url in (args.moto_url, args.apiserver_url):
+    for url in (args.moto_url, args.apiserver_url) + ((args.registry_url,) if args.registry_url else ()):
         if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
             sys.exit(f"nodejoin.py: {url} is not a loopback address")
     log(f"node-join simulator: cluster {args.cluster}, poll {args.poll_ms} ms, "

@@ -8,6 +8,7 @@ when a test failed.
 """
 
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -1234,6 +1235,334 @@ def node_join_al2023_and_custom_images():
         ec2.terminate_instances(InstanceIds=list(instances.values()))
     for case, iid in instances.items():
         wait_for(f"the {case} Node to go", 30, lambda: node_of(iid) is None)
+
+
+# ---- ECR and the registry ---------------------------------------------------------------
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+class Registry:
+    """The local registry, reached as a client of ECR does: GetAuthorizationToken's
+    proxyEndpoint and token (HTTP Basic, user AWS)."""
+
+    def __init__(self, ecr=None, password=None):
+        data = (ecr or client("ecr")).get_authorization_token()["authorizationData"][0]
+        user, _, token_password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+        assert user == "AWS", user
+        self.endpoint = data["proxyEndpoint"]
+        self.password = token_password if password is None else password
+        u = urlsplit(self.endpoint)
+        assert u.scheme == "http" and u.hostname == "127.0.0.1", self.endpoint
+        self.host, self.port = u.hostname, u.port
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        try:
+            auth = base64.b64encode(f"AWS:{self.password}".encode()).decode()
+            conn.request(method, path, body=body, headers={"Authorization": f"Basic {auth}", **(headers or {})})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def push_blob(self, repo, data):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        st, h, _ = self.request("POST", f"/v2/{repo}/blobs/uploads/")
+        assert st == 202, st
+        loc = urlsplit(h["location"])
+        path = loc.path + "?" + (loc.query + "&" if loc.query else "") + f"digest={digest}"
+        st, _, body = self.request("PUT", path, body=data, headers={"Content-Type": "application/octet-stream"})
+        assert st == 201, (st, body)
+        return {"digest": digest, "size": len(data)}
+
+    def push_image(self, repo, tag, layer=None):
+        """A minimal OCI image (one layer, a config): its digest, and the layer's size."""
+        layer = layer if layer is not None else os.urandom(64)
+        lay = self.push_blob(repo, layer)
+        config = json.dumps({"architecture": "amd64", "os": "linux",
+                             "rootfs": {"type": "layers", "diff_ids": [lay["digest"]]}}).encode()
+        cfg = self.push_blob(repo, config)
+        manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **lay}]}).encode()
+        st, h, body = self.request("PUT", f"/v2/{repo}/manifests/{tag}", body=manifest,
+                                   headers={"Content-Type": OCI_MANIFEST})
+        assert st == 201, (st, body)
+        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        assert h["docker-content-digest"] == digest
+        return digest, len(layer), manifest
+
+    def has_manifest(self, repo, ref):
+        st, _, _ = self.request("HEAD", f"/v2/{repo}/manifests/{ref}", headers={"Accept": OCI_MANIFEST})
+        assert st in (200, 404), st
+        return st == 200
+
+
+@test
+def ecr_repositories():
+    ecr = client("ecr")
+    name = unique("team/app")
+    repo = ecr.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE",
+                                 imageScanningConfiguration={"scanOnPush": True},
+                                 tags=[{"Key": "jointer.dev/cluster", "Value": CLUSTER}])["repository"]
+    assert repo["repositoryName"] == name and repo["registryId"] == "123456789012"
+    assert repo["repositoryArn"] == f"arn:aws:ecr:{REGION}:123456789012:repository/{name}"
+    assert repo["repositoryUri"] == f"123456789012.dkr.ecr.{REGION}.amazonaws.com/{name}"
+    assert repo["imageTagMutability"] == "IMMUTABLE"
+    assert repo["imageScanningConfiguration"] == {"scanOnPush": True}
+    assert repo["encryptionConfiguration"] == {"encryptionType": "AES256"}  # the default
+    assert abs(repo["createdAt"].timestamp() - time.time()) < 60
+    expect_error("RepositoryAlreadyExistsException", 400, ecr.create_repository, repositoryName=name)
+    other = ecr.create_repository(repositoryName=unique("other"))["repository"]
+    assert other["imageTagMutability"] == "MUTABLE" and other["imageScanningConfiguration"] == {"scanOnPush": False}
+
+    (d,) = ecr.describe_repositories(repositoryNames=[name])["repositories"]
+    assert d == repo, (d, repo)
+    expect_error("RepositoryNotFoundException", 400, ecr.describe_repositories, repositoryNames=["nope"])
+    # Pages (moto ignores maxResults; the gap layer pages its answer).
+    first = ecr.describe_repositories(maxResults=1)
+    assert len(first["repositories"]) == 1 and first.get("nextToken")
+    rest = ecr.describe_repositories(maxResults=1, nextToken=first["nextToken"])
+    assert len(rest["repositories"]) == 1 and "nextToken" not in rest
+    assert {first["repositories"][0]["repositoryName"], rest["repositories"][0]["repositoryName"]} == \
+        {name, other["repositoryName"]}
+    assert len(ecr.get_paginator("describe_repositories").paginate(PaginationConfig={"PageSize": 1})
+               .build_full_result()["repositories"]) == 2
+
+    policy = json.dumps({"rules": [{"rulePriority": 1, "description": "keep 5",
+                                    "selection": {"tagStatus": "any", "countType": "imageCountMoreThan",
+                                                  "countNumber": 5},
+                                    "action": {"type": "expire"}}]})
+    expect_error("LifecyclePolicyNotFoundException", 400, ecr.get_lifecycle_policy, repositoryName=name)
+    put = ecr.put_lifecycle_policy(repositoryName=name, lifecyclePolicyText=policy)
+    assert put["repositoryName"] == name and json.loads(put["lifecyclePolicyText"]) == json.loads(policy)
+    got = ecr.get_lifecycle_policy(repositoryName=name)
+    assert json.loads(got["lifecyclePolicyText"]) == json.loads(policy) and got["registryId"] == "123456789012"
+    expect_error("InvalidParameterException", 400, ecr.put_lifecycle_policy, repositoryName=name,
+                 lifecyclePolicyText='{"rules": [{"rulePriority": 1}]}')
+
+    assert ecr.put_image_tag_mutability(repositoryName=name, imageTagMutability="MUTABLE")["imageTagMutability"] \
+        == "MUTABLE"
+    assert ecr.put_image_scanning_configuration(repositoryName=name, imageScanningConfiguration={
+        "scanOnPush": False})["imageScanningConfiguration"] == {"scanOnPush": False}
+    (d,) = ecr.describe_repositories(repositoryNames=[name])["repositories"]
+    assert d["imageTagMutability"] == "MUTABLE" and d["imageScanningConfiguration"] == {"scanOnPush": False}
+
+    arn = repo["repositoryArn"]
+    assert ecr.list_tags_for_resource(resourceArn=arn)["tags"] == [{"Key": "jointer.dev/cluster", "Value": CLUSTER}]
+    ecr.tag_resource(resourceArn=arn, tags=[{"Key": "a", "Value": "1"}, {"Key": "jointer.dev/cluster", "Value": "x"}])
+    tags = {t["Key"]: t["Value"] for t in ecr.list_tags_for_resource(resourceArn=arn)["tags"]}
+    assert tags == {"a": "1", "jointer.dev/cluster": "x"}, tags
+    ecr.untag_resource(resourceArn=arn, tagKeys=["a"])
+    assert ecr.list_tags_for_resource(resourceArn=arn)["tags"] == [{"Key": "jointer.dev/cluster", "Value": "x"}]
+    expect_error("RepositoryNotFoundException", 400, ecr.list_tags_for_resource,
+                 resourceArn=f"arn:aws:ecr:{REGION}:123456789012:repository/nope")
+
+    assert ecr.delete_repository(repositoryName=name)["repository"]["repositoryName"] == name  # empty: no force
+    expect_error("RepositoryNotFoundException", 400, ecr.delete_repository, repositoryName=name)
+    expect_error("RepositoryNotFoundException", 400, ecr.describe_repositories, repositoryNames=[name])
+
+
+@test
+def ecr_authorization_token_push_and_describe_images():
+    ecr = client("ecr")
+    t0 = time.time()
+    (data,) = ecr.get_authorization_token()["authorizationData"]
+    assert data["proxyEndpoint"] == f"http://{os.environ['JOINTER_TESTENV_REGISTRY']}", data
+    assert 11.9 * 3600 < data["expiresAt"].timestamp() - t0 < 12.1 * 3600, data["expiresAt"]
+    assert base64.b64decode(data["authorizationToken"]).decode().startswith("AWS:")
+    reg = Registry(ecr)
+    st, _, _ = reg.request("GET", "/v2/")
+    assert st == 200
+    assert Registry(ecr, password="wrong").request("GET", "/v2/")[0] == 401
+
+    name = unique("jointer-controller")
+    expect_error("RepositoryNotFoundException", 400, ecr.describe_images, repositoryName=name)
+    ecr.create_repository(repositoryName=name)
+    assert ecr.describe_images(repositoryName=name)["imageDetails"] == []
+    digest, layer_size, manifest = reg.push_image(name, "v1")
+    t_push = time.time()
+    digest2, _, _ = reg.push_image(name, "untagged-soon")
+    assert reg.request("DELETE", f"/v2/{name}/manifests/untagged-soon")[0] == 202  # digest2 stays, untagged
+
+    (img,) = ecr.describe_images(repositoryName=name, imageIds=[{"imageTag": "v1"}])["imageDetails"]
+    assert img["imageDigest"] == digest and img["imageTags"] == ["v1"], img
+    assert img["registryId"] == "123456789012" and img["repositoryName"] == name
+    assert img["imageSizeInBytes"] == layer_size
+    assert img["imageManifestMediaType"] == OCI_MANIFEST
+    assert img["artifactMediaType"] == "application/vnd.oci.image.config.v1+json"
+    assert abs(img["imagePushedAt"].timestamp() - t_push) < 5, (img["imagePushedAt"], t_push)
+    assert ecr.describe_images(repositoryName=name, imageIds=[{"imageDigest": digest}])["imageDetails"] == [img]
+    everything = ecr.describe_images(repositoryName=name)["imageDetails"]
+    assert [i["imageDigest"] for i in everything] == [digest, digest2], everything
+    assert "imageTags" not in everything[1]
+    assert [i["imageDigest"] for i in ecr.describe_images(
+        repositoryName=name, filter={"tagStatus": "UNTAGGED"})["imageDetails"]] == [digest2]
+    page = ecr.describe_images(repositoryName=name, maxResults=1)
+    assert len(page["imageDetails"]) == 1 and page["nextToken"]
+    e = expect_error("ImageNotFoundException", 400, ecr.describe_images, repositoryName=name,
+                     imageIds=[{"imageTag": "v2"}])
+    assert "imageTag:'v2'" in str(e) and name in str(e), e
+    expect_error("ImageNotFoundException", 400, ecr.describe_images, repositoryName=name,
+                 imageIds=[{"imageDigest": "sha256:" + "0" * 64}])
+    ids = ecr.list_images(repositoryName=name)["imageIds"]
+    assert ids == [{"imageDigest": digest, "imageTag": "v1"}, {"imageDigest": digest2}], ids
+
+    got = ecr.batch_get_image(repositoryName=name, imageIds=[{"imageTag": "v1"}, {"imageTag": "v9"}],
+                              acceptedMediaTypes=[OCI_MANIFEST])
+    (one,) = got["images"]
+    assert one["imageId"] == {"imageDigest": digest, "imageTag": "v1"} and one["imageManifest"] == manifest.decode()
+    assert one["imageManifestMediaType"] == OCI_MANIFEST
+    assert got["failures"] == [{"imageId": {"imageTag": "v9"}, "failureCode": "ImageNotFound",
+                                "failureReason": "Requested image not found"}], got["failures"]
+    expect_error("RepositoryNotFoundException", 400, ecr.batch_get_image, repositoryName="nope",
+                 imageIds=[{"imageTag": "v1"}])
+    # Every request of the push is in the registry's request log, none of the gap layer's own.
+    _, log = control("GET", "/_gap/registry/requests")
+    assert any(r["method"] == "PUT" and r["path"] == f"/v2/{name}/manifests/v1" and r["status"] == 201
+               for r in log), log
+    assert {r["method"] for r in log} >= {"POST", "PUT", "GET"}
+    assert not any(r["user_agent"].startswith("jointer-gap/") for r in log)
+    _, everything = control("GET", "/_gap/registry/requests?all=1")
+    assert any(r["user_agent"].startswith("jointer-gap/") for r in everything)
+
+
+@test
+def ecr_batch_delete_image_and_force_delete_repository():
+    ecr = client("ecr")
+    reg = Registry(ecr)
+    name = unique("app")
+    ecr.create_repository(repositoryName=name)
+    d1, _, _ = reg.push_image(name, "a")
+    st, _, body = reg.request("GET", f"/v2/{name}/manifests/a", headers={"Accept": OCI_MANIFEST})
+    assert reg.request("PUT", f"/v2/{name}/manifests/b", body=body, headers={"Content-Type": OCI_MANIFEST})[0] == 201
+    d2, _, _ = reg.push_image(name, "c")
+    # By tag: the tag goes; the image stays while it has another tag.
+    out = ecr.batch_delete_image(repositoryName=name, imageIds=[{"imageTag": "a"}, {"imageTag": "zz"}])
+    assert out["imageIds"] == [{"imageDigest": d1, "imageTag": "a"}], out
+    assert out["failures"] == [{"imageId": {"imageTag": "zz"}, "failureCode": "ImageNotFound",
+                                "failureReason": "Requested image not found"}]
+    (img,) = ecr.describe_images(repositoryName=name, imageIds=[{"imageDigest": d1}])["imageDetails"]
+    assert img["imageTags"] == ["b"]
+    assert not reg.has_manifest(name, "a") and reg.has_manifest(name, "b")
+    # Its last tag: the image goes too.
+    ecr.batch_delete_image(repositoryName=name, imageIds=[{"imageTag": "b"}])
+    assert not reg.has_manifest(name, d1)
+    expect_error("ImageNotFoundException", 400, ecr.describe_images, repositoryName=name,
+                 imageIds=[{"imageDigest": d1}])
+    # By digest: the image and its tags.
+    out = ecr.batch_delete_image(repositoryName=name, imageIds=[{"imageDigest": d2}])
+    assert out["imageIds"] == [{"imageDigest": d2, "imageTag": "c"}] and out["failures"] == [], out
+    assert ecr.describe_images(repositoryName=name)["imageDetails"] == []
+
+    reg.push_image(name, "d")
+    e = expect_error("RepositoryNotEmptyException", 400, ecr.delete_repository, repositoryName=name)
+    assert "still contains images" in str(e)
+    assert ecr.delete_repository(repositoryName=name, force=True)["repository"]["repositoryName"] == name
+    assert not reg.has_manifest(name, "d")
+    _, log = control("GET", "/_gap/registry/requests?all=1")
+    assert any(r["method"] == "DELETE" and r["path"].startswith(f"/v2/{name}/manifests/sha256:") for r in log)
+    ecr.create_repository(repositoryName=name)  # a new repository of that name starts empty
+    assert ecr.describe_images(repositoryName=name)["imageDetails"] == []
+    assert ecr.list_images(repositoryName=name)["imageIds"] == []
+
+
+def pod_status(ns, name):
+    return json.loads(kubectl("-n", ns, "get", "pod", name, "-o", "json").stdout)
+
+
+def condition(pod, kind):
+    return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def waiting_reason(pod):
+    st = (pod.get("status", {}).get("containerStatuses") or [{}])[0]
+    return (st.get("state", {}).get("waiting") or {}).get("reason"), st
+
+
+@test
+def image_pulls_of_ecr_images():
+    ecr = client("ecr")
+    reg = Registry(ecr)
+    name = unique("pulled")
+    uri = ecr.create_repository(repositoryName=name)["repository"]["repositoryUri"]
+    ns = unique("pull")
+    kubectl("create", "namespace", ns)
+
+    def pod(pod_name, image):
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": ns},
+                           "spec": {"nodeSelector": {"kubernetes.io/hostname": "system-0"},
+                                    "containers": [{"name": "app", "image": image}]}})
+    try:
+        kubectl("apply", "-f", "-", stdin=pod("pause", "registry.k8s.io/pause:3.10"))
+        kubectl("apply", "-f", "-", stdin=pod("missing", f"{uri}:v1"))
+        p = wait_for("the pause pod to run", 30, lambda: (lambda p: p if condition(p, "Ready").get("status") == "True"
+                                                          else None)(pod_status(ns, "pause")))
+        assert p["status"]["phase"] == "Running"
+        assert "jointer.dev/image-pull" not in p["metadata"].get("annotations", {})
+
+        t0 = time.time()
+        seen = set()
+
+        def failed_pull():
+            p = pod_status(ns, "missing")
+            assert condition(p, "Ready").get("status") != "True", p["status"]
+            reason, st = waiting_reason(p)
+            if reason:
+                seen.add(reason)
+            return p if {"ErrImagePull", "ImagePullBackOff"} <= seen else None
+        p = wait_for("ErrImagePull then ImagePullBackOff", 30, failed_pull, interval=0.1)
+        FIGURES["image pull failure (pod created -> ImagePullBackOff)"] = f"{time.time() - t0:.1f} s"
+        reason, st = waiting_reason(p)
+        assert st["ready"] is False and st["image"] == f"{uri}:v1", st
+        assert "manifest unknown" in st["state"]["waiting"]["message"], st
+        assert p["status"]["phase"] == "Pending"
+        ready = condition(p, "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "ContainersNotReady", ready
+        assert condition(p, "ContainersReady")["status"] == "False"
+        assert p["metadata"]["annotations"]["jointer.dev/image-pull"] == "failed"
+        time.sleep(2)
+        assert condition(pod_status(ns, "missing"), "Ready").get("status") != "True"
+
+        # Pushed: a new pod with the image starts, pinned by digest too; the failed one
+        # starts at the next retry.
+        digest, _, _ = reg.push_image(name, "v1")
+        kubectl("apply", "-f", "-", stdin=pod("by-tag", f"{uri}:v1"))
+        kubectl("apply", "-f", "-", stdin=pod("by-digest", f"{uri}@{digest}"))
+        kubectl("apply", "-f", "-", stdin=pod("other-digest", f"{uri}@sha256:{'1' * 64}"))
+        for pod_name in ("by-tag", "by-digest", "missing"):
+            p = wait_for(f"pod {pod_name} to be Ready", 30,
+                         lambda: (lambda p: p if condition(p, "Ready").get("status") == "True"
+                                  else None)(pod_status(ns, pod_name)))
+            (st,) = p["status"]["containerStatuses"]
+            assert p["status"]["phase"] == "Running" and st["ready"] and "running" in st["state"], st
+            assert list(st["state"]) == ["running"], st
+        wait_for("the other digest to fail", 30, lambda: waiting_reason(pod_status(ns, "other-digest"))[0]
+                 in ("ErrImagePull", "ImagePullBackOff"))
+        _, log = control("GET", "/_gap/registry/requests")
+        assert any(r["method"] == "GET" and r["path"] == f"/v2/{name}/manifests/{digest}"
+                   and r["user_agent"].startswith("jointer-kubelet/") for r in log), log
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@test
+def reset_empties_the_registry():
+    ecr = client("ecr")
+    reg = Registry(ecr)
+    name = unique("reset")
+    ecr.create_repository(repositoryName=name)
+    reg.push_image(name, "v1")
+    assert control("GET", "/_gap/registry/requests")[1]
+    st, body = control("POST", "/_gap/reset")
+    assert st == 200, body
+    assert control("GET", "/_gap/registry/requests") == (200, [])
+    assert not reg.has_manifest(name, "v1")
+    _, log = control("GET", "/_gap/registry/requests")
+    assert [(r["method"], r["status"]) for r in log] == [("HEAD", 404)], log
+    world()
 
 
 @test

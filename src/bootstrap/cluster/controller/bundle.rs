@@ -30,8 +30,8 @@ const TEMPLATES: [(&str, &str); 4] = [
     ),
 ];
 
-/// The bundle's objects, rendered and labelled.
-pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
+/// The bundle's objects, rendered and labelled, the Deployment running `image`.
+pub fn desired(ctx: &Context, image: &str) -> Result<Vec<Value>> {
     let c = &ctx.config.controller;
     let mut labels = ownership_labels(&ctx.cluster.name);
     labels.insert(
@@ -41,7 +41,7 @@ pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
     let values = json!({
         "namespace": c.namespace,
         "replicas": c.replicas,
-        "image": format!("{}:{}", c.image.repository, c.image.tag),
+        "image": image,
         "service_account": c.service_account_name(),
         "irsa_role_arn": ctx.irsa_role_arn().unwrap_or_default(),
         "cluster_name": ctx.cluster.name,
@@ -54,6 +54,12 @@ pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
         "version": env!("CARGO_PKG_VERSION"),
     });
     render(&values, &labels)
+}
+
+/// Which objects the bundle has (their content aside): what removal and the inventory need,
+/// without building an image.
+pub fn refs(ctx: &Context) -> Result<Vec<Value>> {
+    desired(ctx, "image-not-resolved")
 }
 
 /// The bundle's templates rendered with `values`, each object labelled.

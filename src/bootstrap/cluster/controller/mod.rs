@@ -19,15 +19,15 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     if install == Install::Helm {
         helm::plan(ctx, goal, &mut plan).await?;
     }
-    let bundle = bundle::desired(ctx)?;
     if goal == Goal::Converge && install == Install::Bundled {
-        for object in bundle {
+        let image = ctx.controller_image_reference()?;
+        for object in bundle::desired(ctx, &image)? {
             kube_objects::converge(ctx, object, &mut plan.changes).await?;
         }
     } else {
         // Removing, or installed another way now: the bundle jointer applied before goes,
         // the Deployment first so nothing runs without its permissions.
-        for object in bundle.iter().rev() {
+        for object in bundle::refs(ctx)?.iter().rev() {
             remove_if_ours(ctx, object, &mut plan.changes).await?;
         }
     }
