@@ -31,7 +31,7 @@ const LAYOUT: u32 = 1;
 pub struct Image {
     pub architecture: &'static str,
     pub provenance: Provenance,
-    pub layer: Layer,
+    pub layer: LayerBlob,
     pub config: Blob,
     pub manifest: Blob,
 }
@@ -74,7 +74,7 @@ pub fn build(progress: &dyn Progress) -> Result<Image> {
         source: SOURCE.to_string(),
     };
     let config = oci::config(architecture, &layer.diff_id, &provenance);
-    let manifest = oci::manifest(&config, &layer.digest, layer.gzip.len());
+    let manifest = oci::manifest(&config, &layer.digest, layer.size);
     Ok(Image {
         architecture,
         provenance,
@@ -128,11 +128,49 @@ fn ca_bundle() -> Vec<u8> {
     pem.into_bytes()
 }
 
+/// The compressed layer as the image names it, and where its bytes are: a plan needs only
+/// the digests, so a cached layer is read from disk only when it is pushed.
+#[derive(Debug, Clone)]
+pub struct LayerBlob {
+    pub digest: String,
+    pub diff_id: String,
+    pub size: usize,
+    source: BlobSource,
+}
+
+#[derive(Debug, Clone)]
+enum BlobSource {
+    Memory(Vec<u8>),
+    File(PathBuf),
+}
+
+impl LayerBlob {
+    /// The compressed bytes, checked against the digest (a cache file changed since it was
+    /// written is refused, naming it).
+    pub fn bytes(&self) -> Result<Vec<u8>> {
+        match &self.source {
+            BlobSource::Memory(bytes) => Ok(bytes.clone()),
+            BlobSource::File(path) => {
+                let bytes =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                anyhow::ensure!(
+                    layer::sha256(&bytes) == self.digest,
+                    "the cached image layer {} does not match its digest {}: delete it and run again",
+                    path.display(),
+                    self.digest
+                );
+                Ok(bytes)
+            }
+        }
+    }
+}
+
 /// What the cache keeps beside a compressed layer.
 #[derive(Serialize, Deserialize)]
 struct CachedDigests {
     digest: String,
     diff_id: String,
+    size: usize,
 }
 
 /// `$JOINTER_IMAGE_CACHE_DIR`, else `images/` in jointer's cache directory.
@@ -143,47 +181,101 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// The layer for `binary`, from the cache when this binary (by content) was packed before:
-/// compressing a large binary is most of a build's time.
-fn cached_layer(binary: &Path, progress: &dyn Progress) -> Result<Layer> {
-    let key = format!("{}-{LAYOUT}", file_sha256(binary)?);
-    let cached = cache_dir().map(|d| (d.join(format!("{key}.tar.gz")), d.join(format!("{key}.json"))));
-    if let Some((gz, meta)) = &cached {
-        if let (Ok(gzip), Ok(text)) = (std::fs::read(gz), std::fs::read_to_string(meta)) {
-            if let Ok(d) = serde_json::from_str::<CachedDigests>(&text) {
-                if layer::sha256(&gzip) == d.digest {
-                    return Ok(Layer {
-                        gzip,
-                        digest: d.digest,
-                        diff_id: d.diff_id,
-                    });
-                }
+/// compressing a large binary is most of a build's time. A binary whose path, size, mtime
+/// and inode were seen before is not even hashed again (as make trusts mtimes).
+fn cached_layer(binary: &Path, progress: &dyn Progress) -> Result<LayerBlob> {
+    let Some(dir) = cache_dir() else {
+        return pack(binary, progress).map(|l| in_memory(l));
+    };
+    let stamp = dir.join("stamps").join(stamp_of(binary)?);
+    let key = match std::fs::read_to_string(&stamp) {
+        Ok(key) => key.trim().to_string(),
+        Err(_) => format!("{}-{LAYOUT}", file_sha256(binary)?),
+    };
+    let (gz, meta) = (dir.join(format!("{key}.tar.gz")), dir.join(format!("{key}.json")));
+    let cached = std::fs::read_to_string(&meta)
+        .ok()
+        .and_then(|t| serde_json::from_str::<CachedDigests>(&t).ok())
+        .filter(|d| std::fs::metadata(&gz).is_ok_and(|m| m.len() as usize == d.size));
+    let blob = match cached {
+        Some(d) => LayerBlob {
+            digest: d.digest,
+            diff_id: d.diff_id,
+            size: d.size,
+            source: BlobSource::File(gz),
+        },
+        None => {
+            let built = pack(binary, progress)?;
+            // Best effort: a cache that cannot be written only costs the next run the packing.
+            match store(&gz, &meta, &built) {
+                Ok(()) => LayerBlob {
+                    size: built.gzip.len(),
+                    digest: built.digest,
+                    diff_id: built.diff_id,
+                    source: BlobSource::File(gz),
+                },
+                Err(_) => in_memory(built),
             }
         }
+    };
+    let _ = write_atomic(&stamp, key.as_bytes());
+    Ok(blob)
+}
+
+fn in_memory(layer: Layer) -> LayerBlob {
+    LayerBlob {
+        size: layer.gzip.len(),
+        digest: layer.digest,
+        diff_id: layer.diff_id,
+        source: BlobSource::Memory(layer.gzip),
     }
+}
+
+fn pack(binary: &Path, progress: &dyn Progress) -> Result<Layer> {
     progress.note(&format!("packing {} into the image layer", binary.display()));
     let file = File::open(binary).with_context(|| format!("reading {}", binary.display()))?;
     let size = file.metadata()?.len();
-    let built = layer::build(entries(Box::new(BufReader::new(file)), size))
-        .with_context(|| format!("packing {}", binary.display()))?;
-    if let Some((gz, meta)) = &cached {
-        // Best effort: a cache that cannot be written only costs the next run the packing.
-        let _ = store(gz, meta, &built);
-    }
-    Ok(built)
+    layer::build(entries(Box::new(BufReader::new(file)), size))
+        .with_context(|| format!("packing {}", binary.display()))
+}
+
+/// A name for the binary's identity on disk: canonical path, size, mtime and inode.
+fn stamp_of(binary: &Path) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = binary
+        .canonicalize()
+        .with_context(|| format!("reading {}", binary.display()))?;
+    let m = std::fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
+    let id = format!(
+        "{}\0{}\0{}.{}\0{}\0{LAYOUT}",
+        path.display(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ino()
+    );
+    Ok(layer::sha256(id.as_bytes())
+        .trim_start_matches("sha256:")
+        .to_string())
 }
 
 fn store(gz: &Path, meta: &Path, layer: &Layer) -> io::Result<()> {
-    let dir = gz.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let digests = serde_json::to_vec(&CachedDigests {
         digest: layer.digest.clone(),
         diff_id: layer.diff_id.clone(),
+        size: layer.gzip.len(),
     })?;
-    for (path, bytes) in [(gz, layer.gzip.as_slice()), (meta, digests.as_slice())] {
-        let tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::fs::write(tmp.path(), bytes)?;
-        tmp.persist(path).map_err(|e| e.error)?;
-    }
+    write_atomic(gz, &layer.gzip)?;
+    write_atomic(meta, &digests)
+}
+
+/// Writes through a temporary file renamed into place: a killed run leaves no half file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::fs::write(tmp.path(), bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 

@@ -72,10 +72,13 @@ pub async fn push(
         .await
         .with_context(|| format!("logging in to {host}"))?;
     let mut pushed = Pushed::default();
-    for (what, bytes, digest) in [
-        ("layer", &image.layer.gzip, &image.layer.digest),
-        ("config", &image.config.bytes, &image.config.digest),
-    ] {
+    let layer = || image.layer.bytes();
+    let config = || Ok(image.config.bytes.clone());
+    let blobs: [(&str, &str, &dyn Fn() -> Result<Vec<u8>>); 2] = [
+        ("layer", &image.layer.digest, &layer),
+        ("config", &image.config.digest, &config),
+    ];
+    for (what, digest, bytes) in blobs {
         let exists = client
             .blob_exists(&reference, digest)
             .await
@@ -85,20 +88,22 @@ pub async fn push(
             pushed.skipped += 1;
             continue;
         }
+        let bytes = bytes()?;
+        let size = bytes.len();
         let started = Instant::now();
         client
-            .push_blob(&reference, bytes.clone(), digest)
+            .push_blob(&reference, bytes, digest)
             .await
             .with_context(|| format!("pushing the {what} blob {digest} to {host}/{repository}"))?;
         let secs = started.elapsed().as_secs_f64();
         progress.note(&format!(
             "  {what} {} pushed: {} in {secs:.1} s ({}/s)",
             short(digest),
-            megabytes(bytes.len()),
-            megabytes((bytes.len() as f64 / secs.max(0.001)) as usize)
+            megabytes(size),
+            megabytes((size as f64 / secs.max(0.001)) as usize)
         ));
         pushed.blobs += 1;
-        pushed.bytes += bytes.len();
+        pushed.bytes += size;
     }
     let content_type = http::HeaderValue::from_static(super::oci::MANIFEST_MEDIA_TYPE);
     client

@@ -16,6 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ -n "$K8S_VERSION" ]] || die "cannot read the k8s.io/kubernetes version from kube/go.mod"
 [[ -n "$ETCD_VERSION" ]] || die "cannot read the etcd version from etcd/go.mod"
+[[ -n "$REGISTRY_VERSION" ]] || die "cannot read the distribution version from registry/go.mod"
 
 require_tools go python3 flock nice
 mkdir -p "$CACHE_DIR"
@@ -121,6 +122,15 @@ build_upstream_crds() {
   cat "${dir}/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >> "${out}/crds.yaml"
 }
 
+# The CNCF distribution registry, through the wrapper module (only the storage drivers and
+# the auth the test environment uses); the same binary hashes the htpasswd password.
+build_registry() {
+  local out="$1"
+  (cd "${ENV_DIR}/registry" && go_quiet build -trimpath \
+    -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=${REGISTRY_VERSION}" \
+    -o "${out}/registry" .)
+}
+
 build_moto() {
   local out="$1"
   # The venv is built in the temporary directory and then moved; that is fine because we
@@ -138,6 +148,7 @@ build_component kwok "$KWOK_VERSION" "$KWOK_BIN" build_kwok
 build_component helm "$HELM_VERSION" "$HELM_BIN" build_helm
 build_component moto "$MOTO_VERSION" "$MOTO_DIR" build_moto
 build_component karpenter-crds "$KARPENTER_VERSION" "$UPSTREAM_CRDS_DIR" build_upstream_crds
+build_component registry "$REGISTRY_VERSION" "$REGISTRY_BIN" build_registry
 
 if [[ "$built_any" == 0 ]]; then
   log "all components cached under ${CACHE_DIR}"

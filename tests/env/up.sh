@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Starts the local test environment: a real Kubernetes control plane (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler), kwok as the kubelet of simulated nodes, moto's
-# AWS server, the gap layer in front of moto (gap/gap.py: what moto lacks, fault injection,
-# call log) and the node-join simulator (gap/nodejoin.py: instances become Nodes).
+# AWS server, an OCI registry (distribution) behind ECR, the gap layer in front of moto
+# (gap/gap.py: what moto lacks, ECR images from the registry, fault injection, call log) and
+# the node-join simulator (gap/nodejoin.py: instances become Nodes; image pulls).
 # Everything listens on 127.0.0.1 only.
 #
 # Idempotent: when the environment is already up and healthy this prints so and exits 0;
@@ -25,8 +26,10 @@ KUBECTL="${K8S_BIN}/kubectl"
 APISERVER_URL="https://127.0.0.1:${APISERVER_PORT}"
 MOTO_URL="http://127.0.0.1:${MOTO_PORT}"
 GAP_URL="http://127.0.0.1:${GAP_PORT}"
+REGISTRY_URL="http://127.0.0.1:${REGISTRY_PORT}"
+REGISTRY_PASSWORD_FILE="${RUN_DIR}/registry.password"
 # The processes up.sh starts, in start order.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok moto gap nodejoin)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok moto registry gap nodejoin)
 
 require_tools curl openssl setsid flock base64
 take_env_lock
@@ -48,6 +51,11 @@ apiserver_ready() {
 }
 moto_ready() { curl -fsS --max-time 2 "${MOTO_URL}/moto-api/" > /dev/null 2>&1; }
 gap_ready() { curl -fsS --max-time 2 "${GAP_URL}/_gap/health" > /dev/null 2>&1; }
+# The registry's API root answers 200 only with valid credentials.
+registry_ready() {
+  curl -fsS --max-time 2 -u "AWS:$(cat "$REGISTRY_PASSWORD_FILE" 2> /dev/null)" \
+    "${REGISTRY_URL}/v2/" > /dev/null 2>&1
+}
 
 all_running() {
   local c
@@ -58,7 +66,7 @@ all_running() {
 }
 
 if [[ -d "$RUN_DIR" ]]; then
-  if all_running && apiserver_ready && moto_ready && gap_ready; then
+  if all_running && apiserver_ready && moto_ready && registry_ready && gap_ready; then
     log "test environment already up (source ${RUN_DIR}/env)"
     exit 0
   fi
@@ -86,6 +94,7 @@ check_port_free "$SCHEDULER_PORT" JOINTER_SCHEDULER_PORT
 check_port_free "$KWOK_PORT" JOINTER_KWOK_PORT
 check_port_free "$MOTO_PORT" JOINTER_MOTO_PORT
 check_port_free "$GAP_PORT" JOINTER_GAP_PORT
+check_port_free "$REGISTRY_PORT" JOINTER_REGISTRY_PORT
 
 mkdir -p "$PID_DIR" "$LOG_DIR" "$PKI_DIR"
 
@@ -236,15 +245,19 @@ phase "certificates and kubeconfigs written"
 
 # start_process NAME EXE [ARGS...]: runs EXE in its own session (a Ctrl-C in the terminal
 # that ran up.sh, or the end of the calling shell, must not take the environment down),
-# with stdin closed and output in logs/NAME.log. The PID is recorded by the process itself
-# right before it execs, so the PID file always names the real program, never a wrapper.
+# with stdin closed and output in logs/NAME.log (standard output in START_STDOUT instead
+# when that is set). The PID is recorded by the process itself right before it execs, so
+# the PID file always names the real program, never a wrapper. Every other inherited file
+# descriptor is closed first: a daemon must not keep a lock that whatever ran up.sh holds
+# (`flock /tmp/some.lock up.sh` would otherwise stay locked for as long as the environment runs).
 start_process() {
   local name="$1"; shift
   local pidfile="${PID_DIR}/${name}.pid"
   current_component="$name"
   # shellcheck disable=SC2016 # $$ and $@ are for the inner shell
-  setsid bash -c 'echo "$$ $1" > "$0"; exec "$@"' "$pidfile" "$@" \
-    >> "${LOG_DIR}/${name}.log" 2>&1 < /dev/null 8<&- &
+  setsid bash -c 'for fd in /proc/$$/fd/*; do fd="${fd##*/}"; (( fd > 2 )) && eval "exec ${fd}>&-"; done
+    echo "$$ $1" > "$0"; exec "$@"' "$pidfile" "$@" \
+    >> "${START_STDOUT:-${LOG_DIR}/${name}.log}" 2>> "${LOG_DIR}/${name}.log" < /dev/null 8<&- &
   for _ in $(seq 1 50); do
     [[ -s "$pidfile" ]] && return 0
     sleep 0.1
@@ -368,7 +381,9 @@ phase "kube-controller-manager and kube-scheduler ready (default/default Service
 #   50 s grace period and nodes flap NotReady for a few seconds every minute.
 # Manages only nodes annotated kwok.x-k8s.io/node=fake, so a test can also create Node
 # objects that nothing answers for (a node that never becomes Ready). A clean HOME keeps
-# a developer's ~/.kwok configuration out of the run.
+# a developer's ~/.kwok configuration out of the run. kwok/stages.yaml: kwok's default pod
+# stages plus the image-pull gate for the test world's ECR images (the node-join simulator
+# annotates such pods once it has looked their images up in the registry).
 mkdir -p "${RUN_DIR}/kwok-home"
 HOME="${RUN_DIR}/kwok-home" start_process kwok "${KWOK_BIN}/kwok" \
   --kubeconfig="${RUN_DIR}/kwok.kubeconfig" \
@@ -376,6 +391,7 @@ HOME="${RUN_DIR}/kwok-home" start_process kwok "${KWOK_BIN}/kwok" \
   --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --server-address="127.0.0.1:${KWOK_PORT}" \
   --node-lease-duration-seconds=40 \
+  --config="${ENV_DIR}/kwok/stages.yaml" \
   --cidr=10.244.0.1/16
 wait_until kwok 30 curl -fsS --max-time 2 "http://127.0.0.1:${KWOK_PORT}/healthz"
 phase "kwok ${KWOK_VERSION} ready"
@@ -390,6 +406,48 @@ MOTO_IAM_LOAD_MANAGED_POLICIES=true MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=tru
 wait_until moto 60 moto_ready
 phase "moto ${MOTO_VERSION} ready on ${MOTO_URL}"
 
+# ---- the registry (distribution) -------------------------------------------------------
+# Where clients push the images of ECR repositories: the gap layer's GetAuthorizationToken
+# answers proxyEndpoint = this registry and a token for user AWS with a password made for
+# this start (htpasswd, bcrypt). Filesystem storage under .run/registry/, deletes enabled,
+# and no blob descriptor cache, so the gap layer's reset (which empties the storage) is seen
+# at once. Its access log (standard output, combined format) goes to .run/registry.log, where
+# the gap layer reads the requests since the last reset; its own log to logs/registry.log.
+# OTEL_TRACES_EXPORTER=none: no trace exporter dialling a collector.
+mkdir -p "${RUN_DIR}/registry"
+(umask 077 && openssl rand -hex 24 > "$REGISTRY_PASSWORD_FILE")
+printf 'AWS:%s\n' "$("${REGISTRY_BIN}/registry" bcrypt < "$REGISTRY_PASSWORD_FILE")" \
+  > "${RUN_DIR}/registry.htpasswd"
+cat > "${RUN_DIR}/registry.yaml" <<EOF
+version: 0.1
+log:
+  level: info
+  formatter: json
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: ${RUN_DIR}/registry
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: 127.0.0.1:${REGISTRY_PORT}
+  secret: $(openssl rand -hex 16)
+  headers:
+    X-Content-Type-Options: [nosniff]
+auth:
+  htpasswd:
+    realm: jointer-testenv-registry
+    path: ${RUN_DIR}/registry.htpasswd
+EOF
+OTEL_TRACES_EXPORTER=none START_STDOUT="${RUN_DIR}/registry.log" \
+  start_process registry "${REGISTRY_BIN}/registry" serve "${RUN_DIR}/registry.yaml"
+wait_until registry 30 registry_ready
+phase "registry ${REGISTRY_VERSION} ready on ${REGISTRY_URL}"
+
 # ---- the gap layer and the node-join simulator (gap/) -----------------------------------
 # The gap layer answers what moto lacks (EKS access entries, pod identity, add-ons, a
 # DescribeCluster pointing here, pricing, EKS AMI parameters, a price-aware CreateFleet)
@@ -401,7 +459,11 @@ start_process gap "$MOTO_PYTHON" "${ENV_DIR}/gap/gap.py" \
   --apiserver-url="$APISERVER_URL" \
   --ca-file="${PKI_DIR}/ca.crt" \
   --world-file="${RUN_DIR}/world.json" \
-  --region="$AWS_REGION_DEFAULT"
+  --region="$AWS_REGION_DEFAULT" \
+  --registry-url="$REGISTRY_URL" \
+  --registry-password-file="$REGISTRY_PASSWORD_FILE" \
+  --registry-storage="${RUN_DIR}/registry" \
+  --registry-access-log="${RUN_DIR}/registry.log"
 start_process nodejoin "$MOTO_PYTHON" "${ENV_DIR}/gap/nodejoin.py" \
   --moto-url="$MOTO_URL" \
   --apiserver-url="$APISERVER_URL" \
@@ -413,6 +475,8 @@ start_process nodejoin "$MOTO_PYTHON" "${ENV_DIR}/gap/nodejoin.py" \
   --kubelet-version="$K8S_VERSION" \
   --delay-ms="$NODE_JOIN_DELAY_MS" \
   --poll-ms="$NODE_JOIN_POLL_MS" \
+  --registry-url="$REGISTRY_URL" \
+  --registry-password-file="$REGISTRY_PASSWORD_FILE" \
   --ready-file="${RUN_DIR}/nodejoin.ready"
 current_component=gap
 wait_until gap 30 gap_ready
@@ -474,6 +538,7 @@ phase "node-join simulator running (registration delay ${NODE_JOIN_DELAY_MS} ms,
   printf 'export JOINTER_TESTENV_RUN_DIR=%q\n' "$RUN_DIR"
   printf 'export JOINTER_TESTENV_PYTHON=%q\n' "$MOTO_PYTHON"
   printf 'export JOINTER_UPSTREAM_CRDS=%q\n' "${UPSTREAM_CRDS_DIR}/crds.yaml"
+  printf 'export JOINTER_TESTENV_REGISTRY=%q\n' "127.0.0.1:${REGISTRY_PORT}"
   # shellcheck disable=SC2016 # $PATH is expanded when the env file is sourced
   printf 'export PATH=%q:"$PATH"\n' "${K8S_BIN}:${ETCD_BIN}:${KWOK_BIN}:${HELM_BIN}"
 } > "${RUN_DIR}/env"

@@ -8,6 +8,7 @@ mod bootstrap;
 mod bootstrap_cluster;
 mod cli;
 mod cli_bad_input;
+mod controller_image;
 mod figures;
 mod provisioning;
 mod simulate;

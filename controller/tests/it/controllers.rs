@@ -1004,15 +1004,20 @@ async fn a_buffer_keeps_a_warm_node() {
         .delete("warm", &DeleteParams::default())
         .await
         .expect("delete buffer");
-    wait_for(
-        "the buffer's node to be consolidated away",
-        WAIT,
-        || async {
-            let names: Vec<String> = s.claims().await.iter().map(|c| c.name_any()).collect();
-            (names == [warm.clone()]).then_some(())
-        },
-    )
-    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let names: Vec<String> = s.claims().await.iter().map(|c| c.name_any()).collect();
+        if names == [warm.clone()] {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "timed out after {WAIT:?} waiting for the buffer's node to be consolidated away: {names:?}\n{}",
+                s.state("web-0").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     s.finish().await;
 }
 

@@ -1930,6 +1930,7 @@ class Registry:
         shutil.rmtree(self.repo_dir(repo), ignore_errors=True)
 
     def requests_since_reset(self, everything=False):
+        """The access log's requests since the last reset or DELETE /_gap/registry/requests."""
         out = []
         with contextlib.suppress(FileNotFoundError):
             with open(self.access_log, "rb") as f:
@@ -2309,9 +2310,12 @@ def handle_control(gap, method, path, body, query=""):
             gap.cluster_overrides[key] = {k: spec[k] for k in ("oidc", "authenticationMode", "ipFamily")
                                           if k in spec}
             return 200, gap.cluster_overrides[key]
-    if path == "/_gap/registry/requests" and method == "GET":
+    if path == "/_gap/registry/requests" and method in ("GET", "DELETE"):
         if gap.registry is None:
             return 404, {"error": "the gap layer was started without a registry"}
+        if method == "DELETE":
+            gap.registry.mark()
+            return 200, {"cleared": True}
         everything = dict(parse_qsl(query)).get("all", "") not in ("", "0", "false")
         return 200, gap.registry.requests_since_reset(everything)
     if path == "/_gap/reset" and method == "POST":

@@ -1340,8 +1340,10 @@ def ecr_repositories():
     assert put["repositoryName"] == name and json.loads(put["lifecyclePolicyText"]) == json.loads(policy)
     got = ecr.get_lifecycle_policy(repositoryName=name)
     assert json.loads(got["lifecyclePolicyText"]) == json.loads(policy) and got["registryId"] == "123456789012"
+    bad = json.loads(policy)
+    bad["rules"][0]["selection"]["countType"] = "imageCountLessThan"
     expect_error("InvalidParameterException", 400, ecr.put_lifecycle_policy, repositoryName=name,
-                 lifecyclePolicyText='{"rules": [{"rulePriority": 1}]}')
+                 lifecyclePolicyText=json.dumps(bad))
 
     assert ecr.put_image_tag_mutability(repositoryName=name, imageTagMutability="MUTABLE")["imageTagMutability"] \
         == "MUTABLE"
@@ -1427,6 +1429,11 @@ def ecr_authorization_token_push_and_describe_images():
     assert not any(r["user_agent"].startswith("jointer-gap/") for r in log)
     _, everything = control("GET", "/_gap/registry/requests?all=1")
     assert any(r["user_agent"].startswith("jointer-gap/") for r in everything)
+    assert control("DELETE", "/_gap/registry/requests") == (200, {"cleared": True})
+    assert control("GET", "/_gap/registry/requests?all=1") == (200, [])
+    assert reg.has_manifest(name, "v1")  # only the view is emptied
+    assert [(r["method"], r["path"]) for r in control("GET", "/_gap/registry/requests")[1]] == \
+        [("HEAD", f"/v2/{name}/manifests/v1")]
 
 
 @test
