@@ -130,7 +130,10 @@ impl Context {
     pub fn builds_controller_image(&self) -> bool {
         let c = &self.config.controller;
         c.install == Install::Bundled
-            && matches!(c.image.source(&self.cluster.name), ImageSource::Built { .. })
+            && matches!(
+                c.image.source(&self.cluster.name),
+                ImageSource::Built { .. }
+            )
     }
 
     /// The ECR repository a built image goes to (or went to, when one is no longer built) and

@@ -13,7 +13,10 @@ pub mod run;
 use anyhow::Result;
 use serde::Serialize;
 
-use aws::{controller_identity, controller_image, discovery, iam, interruption, node_access, node_role, sweep};
+use aws::{
+    controller_identity, controller_image, discovery, iam, interruption, node_access, node_role,
+    sweep,
+};
 use cluster::controller::{self as controller_install, helm};
 use cluster::{crds, inventory, kube_objects, nodes};
 pub use context::{open, Context, Options, Templates};

@@ -96,11 +96,7 @@ fn entries(binary: Box<dyn Read + '_>, size: u64) -> Vec<Entry<'_>> {
         Entry::file("etc/group", 0o644, b"nonroot:x:65532:\n".to_vec()),
         Entry::dir("etc/ssl", 0o755),
         Entry::dir("etc/ssl/certs", 0o755),
-        Entry::file(
-            oci::CA_BUNDLE.trim_start_matches('/'),
-            0o644,
-            ca_bundle(),
-        ),
+        Entry::file(oci::CA_BUNDLE.trim_start_matches('/'), 0o644, ca_bundle()),
         Entry::dir("tmp", 0o1777),
         Entry::dir("usr", 0o755),
         Entry::dir("usr/local", 0o755),
@@ -185,14 +181,17 @@ fn cache_dir() -> Option<PathBuf> {
 /// and inode were seen before is not even hashed again (as make trusts mtimes).
 fn cached_layer(binary: &Path, progress: &dyn Progress) -> Result<LayerBlob> {
     let Some(dir) = cache_dir() else {
-        return pack(binary, progress).map(|l| in_memory(l));
+        return pack(binary, progress).map(in_memory);
     };
     let stamp = dir.join("stamps").join(stamp_of(binary)?);
     let key = match std::fs::read_to_string(&stamp) {
         Ok(key) => key.trim().to_string(),
         Err(_) => format!("{}-{LAYOUT}", file_sha256(binary)?),
     };
-    let (gz, meta) = (dir.join(format!("{key}.tar.gz")), dir.join(format!("{key}.json")));
+    let (gz, meta) = (
+        dir.join(format!("{key}.tar.gz")),
+        dir.join(format!("{key}.json")),
+    );
     let cached = std::fs::read_to_string(&meta)
         .ok()
         .and_then(|t| serde_json::from_str::<CachedDigests>(&t).ok())
@@ -232,7 +231,10 @@ fn in_memory(layer: Layer) -> LayerBlob {
 }
 
 fn pack(binary: &Path, progress: &dyn Progress) -> Result<Layer> {
-    progress.note(&format!("packing {} into the image layer", binary.display()));
+    progress.note(&format!(
+        "packing {} into the image layer",
+        binary.display()
+    ));
     let file = File::open(binary).with_context(|| format!("reading {}", binary.display()))?;
     let size = file.metadata()?.len();
     layer::build(entries(Box::new(BufReader::new(file)), size))

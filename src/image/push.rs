@@ -35,6 +35,9 @@ impl Registry {
     }
 }
 
+/// Reads a blob's bytes when it has to be uploaded.
+type BlobBytes<'a> = dyn Fn() -> Result<Vec<u8>> + 'a;
+
 /// What a push did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pushed {
@@ -74,7 +77,7 @@ pub async fn push(
     let mut pushed = Pushed::default();
     let layer = || image.layer.bytes();
     let config = || Ok(image.config.bytes.clone());
-    let blobs: [(&str, &str, &dyn Fn() -> Result<Vec<u8>>); 2] = [
+    let blobs: [(&str, &str, &BlobBytes); 2] = [
         ("layer", &image.layer.digest, &layer),
         ("config", &image.config.digest, &config),
     ];
@@ -84,7 +87,10 @@ pub async fn push(
             .await
             .with_context(|| format!("asking {host}/{repository} for blob {digest}"))?;
         if exists {
-            progress.note(&format!("  {what} {} already in the registry", short(digest)));
+            progress.note(&format!(
+                "  {what} {} already in the registry",
+                short(digest)
+            ));
             pushed.skipped += 1;
             continue;
         }
@@ -109,7 +115,12 @@ pub async fn push(
     client
         .push_manifest_raw(&reference, image.manifest.bytes.clone(), content_type)
         .await
-        .with_context(|| format!("pushing the manifest {} to {host}/{repository}", image.digest()))?;
+        .with_context(|| {
+            format!(
+                "pushing the manifest {} to {host}/{repository}",
+                image.digest()
+            )
+        })?;
     progress.note(&format!(
         "  manifest {} tagged {}",
         short(image.digest()),

@@ -198,8 +198,11 @@ impl Image {
 pub fn check_ecr_repository(name: &str) -> Result<(), String> {
     let component = |c: &str| {
         !c.is_empty()
-            && c.split(['.', '_', '-'])
-                .all(|w| !w.is_empty() && w.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit()))
+            && c.split(['.', '_', '-']).all(|w| {
+                !w.is_empty()
+                    && w.chars()
+                        .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit())
+            })
     };
     if (2..=256).contains(&name.len()) && name.split('/').all(component) {
         Ok(())

@@ -25,26 +25,35 @@ fn registry_requests(repository: &str) -> Vec<String> {
         .expect("registry requests")
         .iter()
         .filter(|r| r["path"].as_str().unwrap_or("").contains(repository))
-        .map(|r| format!("{} {}", r["method"].as_str().unwrap_or("?"), r["path"].as_str().unwrap_or("?")))
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["method"].as_str().unwrap_or("?"),
+                r["path"].as_str().unwrap_or("?")
+            )
+        })
         .collect()
 }
 
 fn writes(requests: &[String]) -> Vec<String> {
     requests
         .iter()
-        .filter(|r| ["PUT ", "POST ", "PATCH ", "DELETE "].iter().any(|m| r.starts_with(m)))
+        .filter(|r| {
+            ["PUT ", "POST ", "PATCH ", "DELETE "]
+                .iter()
+                .any(|m| r.starts_with(m))
+        })
         .cloned()
         .collect()
 }
 
 async fn deployment_image(namespace: &str) -> String {
     let api: Api<Deployment> = Api::namespaced(testenv::kube().await, namespace);
-    let d = api.get("jointer-controller").await.expect("controller Deployment");
-    d.spec
-        .template
-        .spec
-        .expect("pod spec")
-        .containers[0]
+    let d = api
+        .get("jointer-controller")
+        .await
+        .expect("controller Deployment");
+    d.spec.template.spec.expect("pod spec").containers[0]
         .image
         .clone()
         .expect("image")
@@ -68,17 +77,34 @@ async fn pull_and_unpack(ecr: &aws_sdk_ecr::Client, reference: &str, dir: &Path)
         protocol: oci_client::client::ClientProtocol::Http,
         ..Default::default()
     });
-    let r = oci_client::Reference::with_digest(host.to_string(), repo.to_string(), digest.to_string());
+    let r =
+        oci_client::Reference::with_digest(host.to_string(), repo.to_string(), digest.to_string());
     let auth = oci_client::secrets::RegistryAuth::Basic(user.into(), password.into());
-    let (manifest, got) = client.pull_manifest_raw(&r, &auth, &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE]).await.expect("pull manifest");
-    assert_eq!(got, digest, "the registry serves the manifest under the pinned digest");
+    let (manifest, got) = client
+        .pull_manifest_raw(&r, &auth, &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE])
+        .await
+        .expect("pull manifest");
+    assert_eq!(
+        got, digest,
+        "the registry serves the manifest under the pinned digest"
+    );
     let manifest: Value = serde_json::from_slice(&manifest).expect("manifest JSON");
-    let layer = manifest["layers"][0]["digest"].as_str().expect("layer digest").to_string();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .expect("layer digest")
+        .to_string();
     let mut gz = Vec::new();
-    client.pull_blob(&r, layer.as_str(), &mut gz).await.expect("pull layer");
+    client
+        .pull_blob(&r, layer.as_str(), &mut gz)
+        .await
+        .expect("pull layer");
     let mut tar = Vec::new();
-    flate2::read::GzDecoder::new(gz.as_slice()).read_to_end(&mut tar).expect("gunzip");
-    tar::Archive::new(tar.as_slice()).unpack(dir).expect("unpack");
+    flate2::read::GzDecoder::new(gz.as_slice())
+        .read_to_end(&mut tar)
+        .expect("gunzip");
+    tar::Archive::new(tar.as_slice())
+        .unpack(dir)
+        .expect("unpack");
     manifest
 }
 
@@ -93,7 +119,11 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
     let plan = s.jointer(&["plan"]);
     assert_eq!(plan.code, 0, "{plan:#?}");
     assert!(plan.stdout.contains(&format!("+ ecr repository {repository}  (immutable tags, scan on push, keeps the newest 10 images)")), "{}", plan.stdout);
-    assert!(plan.stdout.contains(&format!("+ image {uri_prefix}")), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains(&format!("+ image {uri_prefix}")),
+        "{}",
+        plan.stdout
+    );
     assert!(plan.stdout.contains("(built from 0.1.0"), "{}", plan.stdout);
 
     let started = Instant::now();
@@ -101,12 +131,29 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
     let cold = started.elapsed();
     let pinned = deployment_image("kube-system").await;
     assert!(pinned.starts_with(&uri_prefix), "{pinned}");
-    let described = ecr.describe_repositories().repository_names(&repository).send().await.expect("repository");
+    let described = ecr
+        .describe_repositories()
+        .repository_names(&repository)
+        .send()
+        .await
+        .expect("repository");
     let repo = &described.repositories.expect("repositories")[0];
-    assert_eq!(repo.image_tag_mutability.as_ref().map(|m| m.as_str()), Some("IMMUTABLE"));
-    assert!(repo.image_scanning_configuration.as_ref().is_some_and(|c| c.scan_on_push));
-    let policy = ecr.get_lifecycle_policy().repository_name(&repository).send().await.expect("policy");
-    let policy: Value = serde_json::from_str(&policy.lifecycle_policy_text.expect("text")).expect("json");
+    assert_eq!(
+        repo.image_tag_mutability.as_ref().map(|m| m.as_str()),
+        Some("IMMUTABLE")
+    );
+    assert!(repo
+        .image_scanning_configuration
+        .as_ref()
+        .is_some_and(|c| c.scan_on_push));
+    let policy = ecr
+        .get_lifecycle_policy()
+        .repository_name(&repository)
+        .send()
+        .await
+        .expect("policy");
+    let policy: Value =
+        serde_json::from_str(&policy.lifecycle_policy_text.expect("text")).expect("json");
     assert_eq!(policy["rules"][0]["selection"]["countNumber"], 10);
 
     // The image holds the controller, runnable, as the non-root user.
@@ -117,8 +164,14 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
         .arg("--version")
         .output()
         .expect("run the image's binary");
-    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")), "{version:?}");
-    assert!(dir.path().join("etc/ssl/certs/ca-certificates.crt").is_file());
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")),
+        "{version:?}"
+    );
+    assert!(dir
+        .path()
+        .join("etc/ssl/certs/ca-certificates.crt")
+        .is_file());
 
     // Converged: nothing is pushed, nothing on AWS changes.
     gap("DELETE", "/_gap/registry/requests", None);
@@ -128,29 +181,59 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
     let warm = started.elapsed();
     assert!(!again.stdout.contains("+ image"), "{}", again.stdout);
     assert_eq!(mutating_calls(), Vec::<String>::new());
-    assert_eq!(writes(&registry_requests(&repository)), Vec::<String>::new());
+    assert_eq!(
+        writes(&registry_requests(&repository)),
+        Vec::<String>::new()
+    );
     s.in_sync();
 
     // Another controller binary (a source change) is drift, and apply pushes only what
     // changed: the new layer, config and manifest.
     let changed = s.ws.path("jointer-controller");
-    let mut bytes = std::fs::read(Path::new(env!("CARGO_BIN_EXE_jointer")).with_file_name("jointer-controller")).expect("binary");
+    let mut bytes = std::fs::read(
+        Path::new(env!("CARGO_BIN_EXE_jointer")).with_file_name("jointer-controller"),
+    )
+    .expect("binary");
     bytes.extend_from_slice(b"\0a source change");
     std::fs::write(&changed, &bytes).expect("write binary");
     let changed = changed.display().to_string();
     let env = [("JOINTER_CONTROLLER_BINARY", changed.as_str())];
-    let drift = s.ws.jointer_with_env(&["drift", "-f", "jointer.yaml"], &env);
+    let drift =
+        s.ws.jointer_with_env(&["drift", "-f", "jointer.yaml"], &env);
     assert_eq!(drift.code, 2, "{drift:#?}");
-    assert!(drift.stdout.contains(&format!("+ image {uri_prefix}")), "{}", drift.stdout);
-    assert!(drift.stdout.contains("Deployment kube-system/jointer-controller"), "{}", drift.stdout);
+    assert!(
+        drift.stdout.contains(&format!("image {uri_prefix}"))
+            && drift.stdout.contains("missing: built from 0.1.0"),
+        "{}",
+        drift.stdout
+    );
+    assert!(
+        drift
+            .stdout
+            .contains("Deployment kube-system/jointer-controller")
+            && drift.stdout.contains("containers[0].image"),
+        "{}",
+        drift.stdout
+    );
     gap("DELETE", "/_gap/registry/requests", None);
-    let applied = s.ws.jointer_with_env(&["apply", "--yes", "-f", "jointer.yaml"], &env);
+    let applied =
+        s.ws.jointer_with_env(&["apply", "--yes", "-f", "jointer.yaml"], &env);
     assert_eq!(applied.code, 0, "{applied:#?}");
     let repinned = deployment_image("kube-system").await;
-    assert!(repinned.starts_with(&uri_prefix) && repinned != pinned, "{repinned}");
+    assert!(
+        repinned.starts_with(&uri_prefix) && repinned != pinned,
+        "{repinned}"
+    );
     let pushes: Vec<String> = writes(&registry_requests(&repository));
-    assert!(pushes.iter().any(|r| r.contains("/manifests/")), "{pushes:?}");
-    assert!(applied.stderr.contains("layer sha256:") && applied.stderr.contains("pushed"), "{}", applied.stderr);
+    assert!(
+        pushes.iter().any(|r| r.contains("/manifests/")),
+        "{pushes:?}"
+    );
+    assert!(
+        applied.stderr.contains("layer sha256:") && applied.stderr.contains("pushed"),
+        "{}",
+        applied.stderr
+    );
 
     // A published image that does not exist: apply --wait names the pull failure at once.
     s.ws.write(
@@ -164,13 +247,27 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
     let failed = s.jointer(&["apply", "--yes", "--wait", "--timeout", "300s"]);
     let failed_after = started.elapsed();
     assert_eq!(failed.code, 1, "{failed:#?}");
-    assert!(failed.stderr.contains("cannot pull image") && failed.stderr.contains(":missing"), "{}", failed.stderr);
-    assert!(failed_after < Duration::from_secs(120), "failed after {failed_after:?}");
+    assert!(
+        failed.stderr.contains("cannot pull image") && failed.stderr.contains(":missing"),
+        "{}",
+        failed.stderr
+    );
+    assert!(
+        failed_after < Duration::from_secs(120),
+        "failed after {failed_after:?}"
+    );
 
     let down = s.jointer(&["teardown", "--yes"]);
     assert_eq!(down.code, 0, "{down:#?}");
-    let gone = ecr.describe_repositories().repository_names(&repository).send().await;
-    assert!(gone.is_err(), "the repository jointer created is gone: {gone:?}");
+    let gone = ecr
+        .describe_repositories()
+        .repository_names(&repository)
+        .send()
+        .await;
+    assert!(
+        gone.is_err(),
+        "the repository jointer created is gone: {gone:?}"
+    );
     eprintln!(
         "figures: cold apply with image build and push {:.1} s; converged apply {:.1} s; apply --wait on a missing image failed after {:.1} s",
         cold.as_secs_f64(),

@@ -8,9 +8,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
-use aws_sdk_ecr::types::{
-    ImageIdentifier, ImageScanningConfiguration, ImageTagMutability, Tag,
-};
+use aws_sdk_ecr::types::{ImageIdentifier, ImageScanningConfiguration, ImageTagMutability, Tag};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -115,12 +113,21 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
         &wanted,
         &observed,
         &ctx.ownership,
-        if converge { Goal::Converge } else { Goal::Remove },
+        if converge {
+            Goal::Converge
+        } else {
+            Goal::Remove
+        },
     )
 }
 
 /// The pure diff.
-pub fn diff(wanted: &Wanted, observed: &Observed, ours: &Ownership, goal: Goal) -> Result<StepPlan> {
+pub fn diff(
+    wanted: &Wanted,
+    observed: &Observed,
+    ours: &Ownership,
+    goal: Goal,
+) -> Result<StepPlan> {
     let mut plan = StepPlan::new(Step::ControllerImage);
     let name = &wanted.repository;
     let resource = format!("ecr repository {name}");
@@ -180,9 +187,13 @@ pub fn diff(wanted: &Wanted, observed: &Observed, ours: &Ownership, goal: Goal) 
             }
             if !repo.scan_on_push {
                 plan.changes.push(
-                    Change::new(Op::Update, &resource, Action::ScanOnPush { name: name.clone() })
-                        .field("scanOnPush")
-                        .detail("false → true"),
+                    Change::new(
+                        Op::Update,
+                        &resource,
+                        Action::ScanOnPush { name: name.clone() },
+                    )
+                    .field("scanOnPush")
+                    .detail("false → true"),
                 );
             }
             if repo.lifecycle.as_ref() != Some(&policy) {
@@ -220,14 +231,22 @@ pub fn diff(wanted: &Wanted, observed: &Observed, ours: &Ownership, goal: Goal) 
 
 async fn observe(ctx: &Context, name: &str, digest: Option<&str>) -> Result<Observed> {
     let ecr = &ctx.aws.ecr;
-    let described = match ecr.describe_repositories().repository_names(name).send().await {
+    let described = match ecr
+        .describe_repositories()
+        .repository_names(name)
+        .send()
+        .await
+    {
         Ok(out) => out,
-        Err(e) if code(&e) == Some("RepositoryNotFoundException") => {
-            return Ok(Observed::default())
-        }
+        Err(e) if code(&e) == Some("RepositoryNotFoundException") => return Ok(Observed::default()),
         Err(e) => return Err(failed(&format!("ecr:DescribeRepositories {name}"), e)),
     };
-    let Some(r) = described.repositories.unwrap_or_default().into_iter().next() else {
+    let Some(r) = described
+        .repositories
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+    else {
         return Ok(Observed::default());
     };
     let arn = r.repository_arn.clone().unwrap_or_default();
@@ -242,7 +261,12 @@ async fn observe(ctx: &Context, name: &str, digest: Option<&str>) -> Result<Obse
         .into_iter()
         .map(|t| (t.key, t.value))
         .collect();
-    let lifecycle = match ecr.get_lifecycle_policy().repository_name(name).send().await {
+    let lifecycle = match ecr
+        .get_lifecycle_policy()
+        .repository_name(name)
+        .send()
+        .await
+    {
         Ok(out) => out
             .lifecycle_policy_text
             .and_then(|t| serde_json::from_str(&t).ok()),
@@ -289,7 +313,9 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
                 .repository_name(name)
                 .image_tag_mutability(ImageTagMutability::Immutable)
                 .image_scanning_configuration(
-                    ImageScanningConfiguration::builder().scan_on_push(true).build(),
+                    ImageScanningConfiguration::builder()
+                        .scan_on_push(true)
+                        .build(),
                 )
                 .set_tags(Some(ecr_tags(tags)?))
                 .send()
@@ -317,7 +343,9 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             .put_image_scanning_configuration()
             .repository_name(name)
             .image_scanning_configuration(
-                ImageScanningConfiguration::builder().scan_on_push(true).build(),
+                ImageScanningConfiguration::builder()
+                    .scan_on_push(true)
+                    .build(),
             )
             .send()
             .await
@@ -393,8 +421,8 @@ async fn registry(ctx: &Context) -> Result<Registry> {
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(token.trim())
         .context("ecr:GetAuthorizationToken: the token is not base64")?;
-    let decoded = String::from_utf8(decoded)
-        .context("ecr:GetAuthorizationToken: the token is not text")?;
+    let decoded =
+        String::from_utf8(decoded).context("ecr:GetAuthorizationToken: the token is not text")?;
     let (username, password) = decoded
         .split_once(':')
         .context("ecr:GetAuthorizationToken: the token is not user:password")?;
@@ -442,7 +470,8 @@ mod tests {
 
     #[test]
     fn a_new_repository_is_created_and_the_image_pushed() {
-        let plan = diff(&wanted(true), &Observed::default(), &ours(), Goal::Converge).expect("plan");
+        let plan =
+            diff(&wanted(true), &Observed::default(), &ours(), Goal::Converge).expect("plan");
         assert_eq!(
             lines(&plan),
             [
@@ -491,7 +520,10 @@ mod tests {
             image_present: false,
         };
         let err = diff(&wanted(true), &observed, &ours(), Goal::Converge).unwrap_err();
-        assert!(err.to_string().contains("controller.image.ecrRepository"), "{err}");
+        assert!(
+            err.to_string().contains("controller.image.ecrRepository"),
+            "{err}"
+        );
         let removal = diff(&wanted(false), &observed, &ours(), Goal::Remove).expect("plan");
         assert!(removal.changes.is_empty());
         let mine = Observed {

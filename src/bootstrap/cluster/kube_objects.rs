@@ -223,24 +223,43 @@ fn diff_into(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
             }
         }
         _ if a == b => {}
-        _ => out.push(format!("{path}: {} → {}", short(a), short(b))),
+        _ => {
+            let (a, b) = short_pair(a, b);
+            out.push(format!("{path}: {a} → {b}"))
+        }
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "unset".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn cut(s: &str) -> String {
+    if s.chars().count() > 80 {
+        format!("{}…", s.chars().take(77).collect::<String>())
+    } else {
+        s.to_string()
     }
 }
 
 fn short(v: &Value) -> String {
-    let s = match v {
-        Value::Null => "unset".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if s.len() > 80 {
-        format!(
-            "{}…",
-            &s[..s.char_indices().nth(77).map_or(s.len(), |(i, _)| i)]
-        )
-    } else {
-        s
+    cut(&text(v))
+}
+
+/// Two long values that share a long prefix (image references pinned by digest) are shown
+/// from a little before where they differ, so the change is visible.
+fn short_pair(a: &Value, b: &Value) -> (String, String) {
+    let (a, b) = (text(a), text(b));
+    let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    if (a.chars().count() > 80 || b.chars().count() > 80) && common > 40 {
+        let from = |s: &str| format!("…{}", cut(&s.chars().skip(common - 12).collect::<String>()));
+        return (from(&a), from(&b));
     }
+    (cut(&a), cut(&b))
 }
 
 /// One object as the cluster holds it, against what jointer would apply.
@@ -587,6 +606,19 @@ async fn served(ctx: &Context, r: &ObjectRef) -> Result<Api<DynamicObject>> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn two_long_references_differing_late_are_shown_where_they_differ() {
+        let image = |d: &str| {
+            json!(format!(
+                "123456789012.dkr.ecr.us-east-1.amazonaws.com/jointer-controller/demo@sha256:{d}"
+            ))
+        };
+        let (a, b) = short_pair(&image("aaaa1111"), &image("bbbb2222"));
+        assert!(a.starts_with('…') && a.ends_with("sha256:aaaa1111"), "{a}");
+        assert!(b.ends_with("sha256:bbbb2222"), "{b}");
+        assert_eq!(short_pair(&json!(1), &json!(2)), ("1".into(), "2".into()));
+    }
 
     #[test]
     fn fields_only_another_manager_set_under_spec_are_foreign() {

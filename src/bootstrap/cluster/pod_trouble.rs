@@ -114,7 +114,10 @@ fn of_pod(pod: &Pod, now: Timestamp) -> Option<Trouble> {
             continue;
         };
         let reason = waiting.reason.clone().unwrap_or_default();
-        let message = waiting.message.clone().unwrap_or_else(|| "no message".into());
+        let message = waiting
+            .message
+            .clone()
+            .unwrap_or_else(|| "no message".into());
         if IMAGE_REASONS.contains(&reason.as_str()) {
             let image = images
                 .iter()
@@ -201,9 +204,11 @@ mod tests {
 
     #[test]
     fn an_image_that_cannot_be_pulled_is_named_with_the_kubelets_reason() {
-        let p = pod(json!({"containerStatuses": [{"name": "controller", "image": "r/jc@sha256:1",
+        let p = pod(
+            json!({"containerStatuses": [{"name": "controller", "image": "r/jc@sha256:1",
             "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}));
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}),
+        );
         let t = trouble(&[p], now()).expect("trouble");
         assert_eq!(
             t.to_string(),
@@ -213,10 +218,12 @@ mod tests {
 
     #[test]
     fn a_crash_loop_says_how_it_last_ended() {
-        let p = pod(json!({"containerStatuses": [{"name": "controller", "image": "x",
+        let p = pod(
+            json!({"containerStatuses": [{"name": "controller", "image": "x",
             "imageID": "", "ready": false, "restartCount": 4,
             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
-            "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}));
+            "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}),
+        );
         assert_eq!(
             trouble(&[p], now()),
             Some(Trouble::Crashing {
@@ -231,9 +238,11 @@ mod tests {
     #[test]
     fn unschedulable_counts_only_after_the_grace() {
         let at = |t: &str| {
-            pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            pod(
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
                 "reason": "Unschedulable", "lastTransitionTime": t,
-                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}))
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}),
+            )
         };
         assert_eq!(trouble(&[at("2026-12-02T09:59:50Z")], now()), None);
         let t = trouble(&[at("2026-12-02T09:59:00Z")], now()).expect("trouble");
@@ -242,11 +251,15 @@ mod tests {
 
     #[test]
     fn running_and_starting_pods_are_no_trouble() {
-        let running = pod(json!({"phase": "Running", "containerStatuses": [{"name": "controller",
-            "image": "x", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}));
-        let creating = pod(json!({"containerStatuses": [{"name": "controller", "image": "x",
+        let running = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "controller",
+            "image": "x", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}),
+        );
+        let creating = pod(
+            json!({"containerStatuses": [{"name": "controller", "image": "x",
             "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"waiting": {"reason": "ContainerCreating"}}}]}));
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
         assert_eq!(trouble(&[running, creating], now()), None);
     }
 }

@@ -16,15 +16,23 @@ use super::pod_trouble::{self, Trouble};
 use crate::bootstrap::Context;
 use crate::cluster as live;
 
-fn deployment_available(d: &Deployment) -> bool {
-    d.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter().any(|c| {
-                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
-            })
-        })
+/// Rolled out, as `kubectl rollout status` judges it: the controller has seen the latest
+/// spec, every replica runs it and is available, and no old replica is left. (Available
+/// alone is true while the old pods still serve, even if the new ones cannot start.)
+fn deployment_rolled_out(d: &Deployment) -> bool {
+    let Some(status) = d.status.as_ref() else {
+        return false;
+    };
+    let wanted = d.spec.replicas.unwrap_or(1);
+    let available =
+        status.conditions.iter().flatten().any(|c| {
+            c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+        });
+    status.observed_generation >= d.metadata.generation
+        && status.updated_replicas.unwrap_or(0) == wanted
+        && status.replicas.unwrap_or(0) == wanted
+        && status.available_replicas.unwrap_or(0) == wanted
+        && available
 }
 
 /// Ready=True → Ok(true); Ready=False → the failing conditions as an error; no verdict yet →
@@ -143,13 +151,13 @@ pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
     let c = &ctx.config.controller;
     if let Some((namespace, name)) = live::controller_deployment(c) {
         let api: Api<Deployment> = Api::namespaced(ctx.kube.clone(), &namespace);
-        let what = format!("Deployment {namespace}/{name} to be Available");
+        let what = format!("Deployment {namespace}/{name} to be rolled out and Available");
         let pods: Api<Pod> = Api::namespaced(ctx.kube.clone(), &namespace);
         poll(ctx, &what, || async {
             let Some(d) = api.get_opt(&name).await? else {
                 return Ok(false);
             };
-            if deployment_available(&d) {
+            if deployment_rolled_out(&d) {
                 return Ok(true);
             }
             if let Some(trouble) = controller_trouble(&pods, &d).await? {
@@ -185,6 +193,25 @@ pub async fn controller_and_classes(ctx: &Context) -> Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_deployment_is_rolled_out_only_when_every_replica_runs_the_latest_spec() {
+        let d = |status: serde_json::Value| -> Deployment {
+            serde_json::from_value(json!({"metadata": {"name": "c", "generation": 2},
+                "spec": {"replicas": 2, "selector": {}, "template": {}}, "status": status}))
+            .expect("deployment")
+        };
+        let available = json!([{"type": "Available", "status": "True"}]);
+        let done = json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+            "availableReplicas": 2, "conditions": available});
+        assert!(deployment_rolled_out(&d(done)));
+        let old_pods_serving = json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1,
+            "availableReplicas": 2, "conditions": available});
+        assert!(!deployment_rolled_out(&d(old_pods_serving)));
+        let not_seen = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+            "availableReplicas": 2, "conditions": available});
+        assert!(!deployment_rolled_out(&d(not_seen)));
+    }
 
     #[test]
     fn a_class_that_is_not_ready_names_the_failing_condition() {
