@@ -271,8 +271,11 @@ wait_until() {
   local name="$1" timeout="$2"; shift 2
   local deadline=$(( $(date +%s) + timeout ))
   until "$@" > /dev/null 2>&1; do
+    # Twice, a moment apart: while the starter shell execs the program, /proc/PID/cmdline can
+    # read empty for an instant, and a live process must not be taken for a dead one.
     if ! is_our_process "${PID_DIR}/${name}.pid"; then
-      die "${name} exited during startup"
+      sleep 0.3
+      is_our_process "${PID_DIR}/${name}.pid" || die "${name} exited during startup"
     fi
     if (( $(date +%s) >= deadline )); then
       die "${name} not ready after ${timeout}s"
