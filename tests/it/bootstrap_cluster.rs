@@ -830,7 +830,9 @@ async fn crds_another_installation_owns_stop_the_run_unless_adopted_and_wait_rep
     let ready = s.jointer(&["apply", "--yes", "--wait", "--timeout", "120"]);
     assert_eq!(ready.code, 0, "{ready:#?}");
     assert!(
-        ready.stderr.contains("to be rolled out and Available: done"),
+        ready
+            .stderr
+            .contains("to be rolled out and Available: done"),
         "{}",
         ready.stderr
     );
