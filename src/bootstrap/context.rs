@@ -129,11 +129,7 @@ impl Context {
     /// The bundled controller runs an image jointer builds (not a published one).
     pub fn builds_controller_image(&self) -> bool {
         let c = &self.config.controller;
-        c.install == Install::Bundled
-            && matches!(
-                c.image.source(&self.cluster.name),
-                ImageSource::Built { .. }
-            )
+        c.install == Install::Bundled && c.image.source() == ImageSource::Built
     }
 
     /// The ECR repository a built image goes to (or went to, when one is no longer built) and
@@ -155,11 +151,12 @@ impl Context {
     /// What the controller Deployment runs: the published `repository:tag`, or the ECR
     /// repository's URI pinned to the built image's digest.
     pub fn controller_image_reference(&self) -> Result<String> {
-        match self.config.controller.image.source(&self.cluster.name) {
+        match self.config.controller.image.source() {
             ImageSource::Published(reference) => Ok(reference),
-            ImageSource::Built { ecr_repository, .. } => Ok(format!(
-                "{}/{ecr_repository}@{}",
+            ImageSource::Built => Ok(format!(
+                "{}/{}@{}",
                 self.cluster.ecr_registry(),
+                self.ecr_repository().0,
                 self.controller_image()?.digest()
             )),
         }

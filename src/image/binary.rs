@@ -30,8 +30,8 @@ pub fn architecture() -> Result<&'static str> {
 }
 
 fn target_triple() -> Result<String> {
+    architecture()?;
     Ok(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
-        .and_then(|t| architecture().map(|_| t))
 }
 
 /// The workspace this jointer was compiled from, when it is still there.
@@ -44,7 +44,8 @@ fn workspace() -> Option<PathBuf> {
 /// workspace (static, so the image needs no base: glibc ≥ 2.34 resolves DNS without NSS
 /// modules).
 pub fn locate(progress: &dyn Progress) -> Result<Binary> {
-    let revision = workspace().and_then(|w| revision(&w));
+    let workspace = workspace();
+    let revision = workspace.as_deref().and_then(revision);
     if let Some(path) = std::env::var_os(BINARY_ENV) {
         let path = PathBuf::from(path);
         if !path.is_file() {
@@ -55,7 +56,7 @@ pub fn locate(progress: &dyn Progress) -> Result<Binary> {
         }
         return Ok(Binary { path, revision });
     }
-    let Some(workspace) = workspace() else {
+    let Some(workspace) = workspace else {
         bail!(
             "this jointer cannot find the workspace it was built from ({}) to build the controller image: set {BINARY_ENV} to a jointer-controller binary, or controller.image.repository (and tag) to an image you publish",
             env!("CARGO_MANIFEST_DIR")

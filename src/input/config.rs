@@ -159,12 +159,12 @@ impl Default for Image {
 pub enum ImageSource {
     /// `repository:tag`, as given.
     Published(String),
-    /// Built by jointer into this ECR repository, keeping this many images.
-    Built { ecr_repository: String, keep: u32 },
+    /// Built by jointer into the ECR repository `Image::ecr_target` names.
+    Built,
 }
 
 impl Image {
-    pub fn source(&self, cluster: &str) -> ImageSource {
+    pub fn source(&self) -> ImageSource {
         match &self.repository {
             Some(repository) => ImageSource::Published(format!(
                 "{repository}:{}",
@@ -172,13 +172,7 @@ impl Image {
                     .clone()
                     .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string())
             )),
-            None => {
-                let (ecr_repository, keep) = self.ecr_target(cluster);
-                ImageSource::Built {
-                    ecr_repository,
-                    keep,
-                }
-            }
+            None => ImageSource::Built,
         }
     }
 

@@ -14,38 +14,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde_json::Value;
 
-use crate::support::testenv::{self, clear_calls, gap, mutating_calls};
+use crate::support::testenv::{self, clear_calls, gap, mutating_calls, registry_writes};
 use crate::support::world::Setup;
-
-/// The registry's requests for `repository` since the last reset, as `METHOD path`.
-fn registry_requests(repository: &str) -> Vec<String> {
-    let all = gap("GET", "/_gap/registry/requests", None);
-    all.as_array()
-        .or_else(|| all["requests"].as_array())
-        .expect("registry requests")
-        .iter()
-        .filter(|r| r["path"].as_str().unwrap_or("").contains(repository))
-        .map(|r| {
-            format!(
-                "{} {}",
-                r["method"].as_str().unwrap_or("?"),
-                r["path"].as_str().unwrap_or("?")
-            )
-        })
-        .collect()
-}
-
-fn writes(requests: &[String]) -> Vec<String> {
-    requests
-        .iter()
-        .filter(|r| {
-            ["PUT ", "POST ", "PATCH ", "DELETE "]
-                .iter()
-                .any(|m| r.starts_with(m))
-        })
-        .cloned()
-        .collect()
-}
 
 async fn deployment_image(namespace: &str) -> String {
     let api: Api<Deployment> = Api::namespaced(testenv::kube().await, namespace);
@@ -181,10 +151,7 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
     let warm = started.elapsed();
     assert!(!again.stdout.contains("+ image"), "{}", again.stdout);
     assert_eq!(mutating_calls(), Vec::<String>::new());
-    assert_eq!(
-        writes(&registry_requests(&repository)),
-        Vec::<String>::new()
-    );
+    assert_eq!(registry_writes(&repository), Vec::<String>::new());
     s.in_sync();
 
     // Another controller binary (a source change) is drift, and apply pushes only what
@@ -224,7 +191,7 @@ async fn apply_builds_pushes_and_pins_the_controller_image() {
         repinned.starts_with(&uri_prefix) && repinned != pinned,
         "{repinned}"
     );
-    let pushes: Vec<String> = writes(&registry_requests(&repository));
+    let pushes: Vec<String> = registry_writes(&repository);
     assert!(
         pushes.iter().any(|r| r.contains("/manifests/")),
         "{pushes:?}"

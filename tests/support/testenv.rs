@@ -192,6 +192,25 @@ pub fn mutating_calls() -> Vec<String> {
         .collect()
 }
 
+/// The test registry's writes (uploads, deletes) since the last reset of
+/// `/_gap/registry/requests` whose path names `repository`, as `METHOD path`.
+pub fn registry_writes(repository: &str) -> Vec<String> {
+    gap("GET", "/_gap/registry/requests", None)
+        .as_array()
+        .expect("registry requests")
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap_or("").contains(repository))
+        .map(|r| {
+            (
+                r["method"].as_str().unwrap_or("?"),
+                r["path"].as_str().unwrap_or("?"),
+            )
+        })
+        .filter(|(method, _)| ["PUT", "POST", "PATCH", "DELETE"].contains(method))
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect()
+}
+
 fn audit_log() -> PathBuf {
     require();
     PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir")).join("audit.log")

@@ -100,12 +100,10 @@ pub async fn plan(ctx: &Context, goal: Goal) -> Result<StepPlan> {
     };
     let observed = observe(ctx, &repository, image.map(|i| i.digest())).await?;
     let wanted = Wanted {
-        image: image.map(|i| {
-            (
-                format!("{}/{repository}@{}", ctx.cluster.ecr_registry(), i.digest()),
-                i.origin(),
-            )
-        }),
+        image: match image {
+            Some(i) => Some((ctx.controller_image_reference()?, i.origin())),
+            None => None,
+        },
         repository,
         keep,
     };
