@@ -258,7 +258,14 @@ struct TeardownOnPanic<'a>(&'a Setup);
 impl Drop for TeardownOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let run = self.0.jointer(&["teardown", "--yes", "--timeout", "120"]);
+            let mut run = self.0.jointer(&["teardown", "--yes", "--timeout", "120"]);
+            if run.code != 0 {
+                // No controller left to drain (a test that crashed it): release what is left,
+                // or the next test's apply waits on this world's NodeClaims.
+                run = self
+                    .0
+                    .jointer(&["teardown", "--yes", "--timeout", "120", "--force"]);
+            }
             eprintln!(
                 "teardown after the failure: exit {}\n{}",
                 run.code, run.stderr
@@ -877,6 +884,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
     s.apply();
     let admin = testenv::kube().await;
     let first = Controller::start(&s.cluster, "replica-a", 28210, None);
+    let _cleanup = TeardownOnPanic(&s);
     let ns = s.cluster.clone();
     namespace(&admin, &ns).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
@@ -901,7 +909,8 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
     .await;
     // CreateFleet held for 3 s: the controller is killed while EC2 launches, so the
     // instance exists and the controller never recorded it (what a crash right after
-    // CreateFleet leaves behind).
+    // CreateFleet leaves behind). A launch may first create several templates (one per image
+    // and max pods), so the kill waits for the CreateFleet itself to reach the gap layer.
     gap(
         "POST",
         "/_gap/faults",
@@ -914,14 +923,14 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         )
         .await
         .expect("web");
-    wait_for("the launch to start", Duration::from_secs(60), || async {
-        first
-            .logs()
-            .contains("launch template created")
+    wait_for("CreateFleet in flight", Duration::from_secs(60), || async {
+        testenv::gap("GET", "/_gap/calls/in-flight", None)
+            .as_array()?
+            .iter()
+            .any(|c| c["operation"] == "CreateFleet")
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     first.crash();
     let launched = wait_for(
         "the instance of the interrupted launch",
@@ -977,8 +986,9 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         .expect("id")
         .to_string();
 
+    // A failure from here on tears down while this replica still drains (dropped before it).
     let second = Controller::start(&s.cluster, "replica-b", 28220, None);
-    let _cleanup = TeardownOnPanic(&s);
+    let _cleanup_with_replica = TeardownOnPanic(&s);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     wait_for(
         "the pod Running on the adopted instance",

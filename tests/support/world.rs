@@ -23,6 +23,8 @@ pub struct Setup {
 
 impl Setup {
     pub async fn new(prefix: &str, extra_config: &str) -> Setup {
+        // A test that failed while it injected faults left them behind.
+        testenv::gap("DELETE", "/_gap/faults", None);
         let world = new_world(prefix);
         let cluster = world["cluster"]["name"].as_str().expect("name").to_string();
         let ws = Workspace::new();

@@ -395,6 +395,9 @@ class Gap:
         self.resetting = False
         self.registry = Registry(args.registry_url, args.registry_password_file, args.registry_storage,
                                  args.registry_access_log) if args.registry_url else None
+        # Calls received and not yet answered (id(call) -> summary): a test that kills a client
+        # mid-call waits until the call has reached AWS, not for a log line before it.
+        self.in_flight = {}
         self.reset_state()
         if self.registry is not None:
             self.registry.mark()  # the request log starts with the gap layer
@@ -2235,6 +2238,9 @@ def handle_control(gap, method, path, body, query=""):
 
     if path == "/_gap/health" and method == "GET":
         return 200, {"ok": True}
+    if path == "/_gap/calls/in-flight" and method == "GET":
+        with gap.lock:
+            return 200, list(gap.in_flight.values())
     if path == "/_gap/calls":
         if method == "GET":
             with gap.lock:
@@ -2415,6 +2421,22 @@ class Handler(BaseHTTPRequestHandler):
         gap.wait_not_resetting()
         started = time.time()
         call = Call(self.command, self.path, list(self.headers.items()), body, gap.args.region)
+        with gap.lock:
+            gap.in_flight[id(call)] = {"service": call.service, "operation": call.operation,
+                                       "t": round(started, 3)}
+        try:
+            resp, fault = self.answer(call)
+        finally:
+            with gap.lock:
+                gap.in_flight.pop(id(call), None)
+        ms = (time.time() - started) * 1000
+        gap.record(call, resp.status, ms, fault, started)
+        log(f"{call.service} {call.operation} {resp.status} {ms:.0f}ms" + (f" [{fault}]" if fault else ""))
+        self.send(resp)
+
+    def answer(self, call):
+        """The response to an AWS call, faults first; returns (response, fault kind)."""
+        gap = self.gap
         fault, resp = gap.apply_faults(call)
         if resp is None:
             try:
@@ -2432,10 +2454,7 @@ class Handler(BaseHTTPRequestHandler):
                 traceback.print_exc()
                 code, _ = server_error_code(call)
                 resp = error_response(call, code, f"gap layer error: {e}", 500)
-        ms = (time.time() - started) * 1000
-        gap.record(call, resp.status, ms, fault, started)
-        log(f"{call.service} {call.operation} {resp.status} {ms:.0f}ms" + (f" [{fault}]" if fault else ""))
-        self.send(resp)
+        return resp, fault
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = handle_any
 

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -793,9 +794,21 @@ def fault_injection():
         control("POST", "/_gap/faults", {"server_error": {"count": 1, "operation": "DescribeSubnets"}})
         client("ec2", attempts=3).describe_subnets()
         control("POST", "/_gap/faults", {"latency": {"ms": 400, "operation": "DescribeVpcs"}})
+        # While the slow call is held it is listed in flight, and only until it is answered.
+        seen = []
+
+        def look_midway():
+            time.sleep(0.2)
+            seen.extend(control("GET", "/_gap/calls/in-flight")[1])
+
+        watcher = threading.Thread(target=look_midway)
+        watcher.start()
         t = time.time()
         ec2.describe_vpcs()
         slow = time.time() - t
+        watcher.join()
+        assert [(c["service"], c["operation"]) for c in seen] == [("ec2", "DescribeVpcs")], seen
+        assert control("GET", "/_gap/calls/in-flight") == (200, [])
         t = time.time()
         ec2.describe_subnets()
         fast = time.time() - t
