@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use jointer_controller::core::benchmark;
-use jointer_controller::core::scheduling::solve;
+use jointer_controller::core::scheduling::{checker, solve};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -28,6 +28,9 @@ pub struct Figures {
     pub gap_percent: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub plan_verified: bool,
+    /// Spread-constrained pods kube-scheduler would refuse if each bound after every other
+    /// pod: 0 means the plan holds in any binding order.
+    pub refused_if_bound_last: usize,
     /// The first few problems the checker found in the plan, when it is not verified.
     #[serde(skip)]
     pub problems: Vec<String>,
@@ -68,7 +71,8 @@ pub fn run(
     let solve_seconds = started.elapsed().as_secs_f64();
     let price = plan.price_per_hour();
     let lower = benchmark::lower_bound_per_hour(&problem);
-    let problems = jointer_controller::core::scheduling::checker::check(&problem, &plan);
+    let problems = checker::check(&problem, &plan);
+    let refused_if_bound_last = checker::refused_if_bound_last(&problem, &plan);
     Ok(Figures {
         profile: match profile {
             Profile::Upstream => "upstream",
@@ -85,6 +89,7 @@ pub fn run(
         gap_percent: lower.filter(|l| *l > 0.0).map(|l| (price - l) / l * 100.0),
         peak_rss_bytes: peak_rss_bytes(),
         plan_verified: problems.is_empty(),
+        refused_if_bound_last,
         problems: problems.into_iter().take(5).collect(),
     })
 }

@@ -76,6 +76,11 @@ pub struct Report {
     /// Requested / allocatable over the launched nodes.
     pub cpu_utilization: f64,
     pub memory_utilization: f64,
+    /// The solver's time alone (no parsing, no catalog), for benchmarks on the same input.
+    pub solve_seconds: f64,
+    /// Spread pods kube-scheduler would refuse if each bound after every other pod: each may
+    /// wait for another provisioning round; 0 means the plan holds in any binding order.
+    pub refused_if_bound_last: usize,
 }
 
 fn parse_files(files: &[PathBuf]) -> Result<Vec<YamlStream>, InputErrors> {
@@ -263,7 +268,9 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
         existing: static_nodes.existing.clone(),
         pods: workload.pods,
     };
+    let started = std::time::Instant::now();
     let plan = solve(&problem);
+    let solve_seconds = started.elapsed().as_secs_f64();
     let violations = checker::check(&problem, &plan);
     if !violations.is_empty() {
         // A solver bug, never the user's fault: refuse to present a plan that is wrong.
@@ -273,8 +280,12 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
         )
         .into());
     }
+    let refused_if_bound_last = checker::refused_if_bound_last(&problem, &plan);
     let plan = static_pools::with_static_nodes(&plan, &static_nodes, &problem.pods);
-    Ok(report(&plan, input, region, price_source))
+    let mut report = report(&plan, input, region, price_source);
+    report.solve_seconds = solve_seconds;
+    report.refused_if_bound_last = refused_if_bound_last;
+    Ok(report)
 }
 
 fn report(plan: &Plan, input: String, region: String, price_source: &'static str) -> Report {
@@ -326,5 +337,7 @@ fn report(plan: &Plan, input: String, region: String, price_source: &'static str
         total_price_per_month: total * HOURS_PER_MONTH,
         cpu_utilization: ratio(cpu_req, cpu_alloc),
         memory_utilization: ratio(mem_req, mem_alloc),
+        solve_seconds: 0.0,
+        refused_if_bound_last: 0,
     }
 }

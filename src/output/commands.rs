@@ -313,6 +313,12 @@ fn print_simulation(r: &Report) {
         "cached" => println!("Prices come from the cache `jointer catalog refresh` wrote; types it had no price for keep the estimate."),
         _ => {}
     }
+    if r.refused_if_bound_last > 0 {
+        println!(
+            "{} spread pod(s) would be refused if kube-scheduler bound them after the others: they may wait for another provisioning round.",
+            r.refused_if_bound_last
+        );
+    }
     if !r.unschedulable.is_empty() {
         println!();
         println!("Unschedulable ({}):", r.unschedulable.len());
@@ -356,5 +362,9 @@ fn print_figures(f: &Figures) {
     println!(
         "plan verified      {}",
         if f.plan_verified { "yes" } else { "NO" }
+    );
+    println!(
+        "bound last         {} spread pods refused if bound after every other pod",
+        f.refused_if_bound_last
     );
 }

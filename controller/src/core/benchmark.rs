@@ -105,58 +105,64 @@ fn pool(name: &str, instance_types: Vec<Arc<InstanceType>>) -> PoolInput {
 
 const CPUS: [i64; 5] = [100, 250, 500, 1000, 1500];
 const MEMORIES_MIB: [i64; 6] = [100, 256, 512, 1024, 2048, 4096];
-const LABEL_VALUES: usize = 7;
+const LABEL_VALUES: [&str; 7] = ["a", "b", "c", "d", "e", "f", "g"];
 
-/// Upstream's benchmark workload: `pods` pods in five equal groups — plain; zone spread and
-/// hostname spread (maxSkew 1, DoNotSchedule, selecting one of 7 values of the group's label);
-/// required zone self-affinity (same); required hostname anti-affinity (one label shared by
-/// the whole group, so one such pod per node). Each group uses its own label key.
+/// Upstream's benchmark workload (`makeDiversePods`): `pods` pods in five equal groups, the
+/// remainder plain — plain pods labelled `my-label` with a random value; zone spread and
+/// hostname spread pods (maxSkew 1, DoNotSchedule) labelled the same way, whose selector picks
+/// *another* random `my-label` value, so a spread counts plain pods and other groups' pods and
+/// a pod need not match its own selector; required zone self-affinity on a random
+/// `my-affininity` value (upstream's spelling); required hostname anti-affinity among all
+/// `app: nginx` pods (one per node).
 pub fn upstream(pods: usize, instance_types: usize, seed: u64) -> Problem {
     let mut rng = Rng::new(seed);
+    let share = pods / 5;
     let mut out = Vec::with_capacity(pods);
     for i in 0..pods {
-        let group = i * 5 / pods.max(1);
-        let requests = Resources::cpu_memory(*rng.pick(&CPUS), *rng.pick(&MEMORIES_MIB) * MIB);
-        let mut pod = SchedPod::new("default", &format!("pod-{i}"), requests);
-        let value = format!("value-{}", rng.below(LABEL_VALUES));
-        let spread = |key: &str, label: &str, value: &str| TopologySpread {
+        let group = if i < 5 * share { i / share.max(1) } else { 0 };
+        let label = |rng: &mut Rng| rng.pick(&LABEL_VALUES).to_string();
+        let own = label(&mut rng);
+        let mut pod = SchedPod::new("default", &format!("pod-{i}"), Resources::ZERO);
+        let spread = |key: &str, value: &str| TopologySpread {
             max_skew: 1,
             topology_key: key.to_string(),
             when_unsatisfiable: Unsatisfiable::DoNotSchedule,
-            selector: Selector::label(label, value),
+            selector: Selector::label("my-label", value),
             min_domains: None,
             honor_node_affinity: true,
             honor_taints: false,
         };
         match group {
-            0 => {}
-            1 => {
-                pod.labels.insert("zone-spread".into(), value.clone());
-                pod.spreads
-                    .push(spread(labels::ZONE, "zone-spread", &value));
-            }
-            2 => {
-                pod.labels.insert("host-spread".into(), value.clone());
-                pod.spreads
-                    .push(spread(labels::HOSTNAME, "host-spread", &value));
+            1 | 2 => {
+                pod.labels.insert("my-label".into(), own);
+                let key = if group == 1 {
+                    labels::ZONE
+                } else {
+                    labels::HOSTNAME
+                };
+                pod.spreads.push(spread(key, &label(&mut rng)));
             }
             3 => {
-                pod.labels.insert("zone-affinity".into(), value.clone());
+                pod.labels.insert("my-affininity".into(), own.clone());
                 pod.affinity.push(AffinityTerm {
                     topology_key: labels::ZONE.into(),
-                    selector: Selector::label("zone-affinity", &value),
+                    selector: Selector::label("my-affininity", &own),
+                    namespaces: Vec::new(),
+                });
+            }
+            4 => {
+                pod.labels.insert("app".into(), "nginx".into());
+                pod.anti_affinity.push(AffinityTerm {
+                    topology_key: labels::HOSTNAME.into(),
+                    selector: Selector::label("app", "nginx"),
                     namespaces: Vec::new(),
                 });
             }
             _ => {
-                pod.labels.insert("host-anti".into(), "true".into());
-                pod.anti_affinity.push(AffinityTerm {
-                    topology_key: labels::HOSTNAME.into(),
-                    selector: Selector::label("host-anti", "true"),
-                    namespaces: Vec::new(),
-                });
+                pod.labels.insert("my-label".into(), own);
             }
         }
+        pod.requests = Resources::cpu_memory(*rng.pick(&CPUS), *rng.pick(&MEMORIES_MIB) * MIB);
         out.push(pod);
     }
     Problem {

@@ -2,6 +2,7 @@
 //! area. The pure core's case and property tests run anywhere; `nodeclass` and `controllers`
 //! need the test environment (`tests/env/up.sh`), as `tests/run.sh` starts it.
 
+mod benchmark_input;
 mod controllers;
 mod crds;
 mod disruption_cases;

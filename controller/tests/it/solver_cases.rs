@@ -631,3 +631,161 @@ fn preference_policy_ignore_takes_no_preference_into_account() {
         ignored.nodeclaims[0].requirements.get(labels::ZONE)
     );
 }
+
+/// An empty existing node in `zone`, room for anything these cases place.
+fn zone_node(zone: &str) -> ExistingNode {
+    ExistingNode {
+        name: format!("node-{zone}"),
+        pool: None,
+        labels: BTreeMap::from([(labels::ZONE.to_string(), zone.to_string())]),
+        taints: vec![],
+        allocatable: Resources {
+            pods: 110,
+            ..Resources::cpu_memory(64_000, 256 * GIB)
+        },
+        requested: Resources::ZERO,
+        pods: vec![],
+    }
+}
+
+/// A pod labelled `my-label: own`; with `selects`, it spreads over zones (maxSkew 1) the pods
+/// labelled `my-label: selects`, as upstream's benchmark pods do.
+fn my_label_pod(name: &str, own: &str, selects: Option<&str>) -> SchedPod {
+    let mut p = pod(name, 100, 1);
+    p.labels.insert("my-label".into(), own.into());
+    if let Some(value) = selects {
+        p.spreads.push(TopologySpread {
+            max_skew: 1,
+            topology_key: labels::ZONE.into(),
+            when_unsatisfiable: Unsatisfiable::DoNotSchedule,
+            selector: Selector::label("my-label", value),
+            min_domains: None,
+            honor_node_affinity: true,
+            honor_taints: false,
+        });
+    }
+    p
+}
+
+/// `pods` on the existing node of each zone, as (zone, pod names).
+fn on_zones(problem: &Problem, placed: &[(&str, &[&str])]) -> Plan {
+    let key = |name: &str| {
+        problem
+            .pods
+            .iter()
+            .find(|p| p.key.name == name)
+            .map(|p| p.key.clone())
+            .expect("a pod of the problem")
+    };
+    Plan {
+        nodeclaims: vec![],
+        existing: placed
+            .iter()
+            .map(|(zone, names)| {
+                (
+                    format!("node-{zone}"),
+                    names.iter().map(|n| key(n)).collect(),
+                )
+            })
+            .collect(),
+        unschedulable: vec![],
+        // No witness: the checker searches an order itself.
+        binding_order: vec![],
+    }
+}
+
+fn three_zones(pods: Vec<SchedPod>) -> Problem {
+    Problem {
+        pools: vec![],
+        existing: ["zone-a", "zone-b", "zone-c"].map(zone_node).into(),
+        pods,
+    }
+}
+
+#[test]
+fn a_spread_counts_pods_that_carry_none_and_one_valid_binding_order_is_enough() {
+    // The spread pod does not match its own selector; the three pods it counts all end in its
+    // zone. Bound first it passes (0 - 0 <= 1), so kube-scheduler can bind the plan; bound
+    // after them it would be refused (3 - 0 > 1), which the order-dependence figure counts.
+    let problem = three_zones(vec![
+        my_label_pod("spread", "x", Some("y")),
+        my_label_pod("y1", "y", None),
+        my_label_pod("y2", "y", None),
+        my_label_pod("y3", "y", None),
+        my_label_pod("y4", "y", None),
+    ]);
+    let plan = on_zones(
+        &problem,
+        &[
+            ("zone-a", &["spread", "y1", "y2", "y3"]),
+            ("zone-b", &["y4"]),
+        ],
+    );
+    assert_eq!(checker::check(&problem, &plan), Vec::<String>::new());
+    assert_eq!(checker::refused_if_bound_last(&problem, &plan), 1);
+}
+
+#[test]
+fn a_spread_pod_waits_in_the_binding_order_until_the_minimum_rises() {
+    // Two pods that match their own selector share zone a: the second binds only once zones b
+    // and c hold one each (1 + 1 - 1 <= 1).
+    let problem = three_zones(vec![
+        my_label_pod("s1", "y", Some("y")),
+        my_label_pod("s2", "y", Some("y")),
+        my_label_pod("b", "y", None),
+        my_label_pod("c", "y", None),
+    ]);
+    let plan = on_zones(
+        &problem,
+        &[
+            ("zone-a", &["s1", "s2"]),
+            ("zone-b", &["b"]),
+            ("zone-c", &["c"]),
+        ],
+    );
+    assert_eq!(checker::check(&problem, &plan), Vec::<String>::new());
+    assert_eq!(checker::refused_if_bound_last(&problem, &plan), 0);
+}
+
+#[test]
+fn a_spread_no_binding_order_can_satisfy_is_reported() {
+    let problem = three_zones(vec![
+        my_label_pod("s1", "y", Some("y")),
+        my_label_pod("s2", "y", Some("y")),
+        my_label_pod("other", "x", None),
+    ]);
+    let plan = on_zones(
+        &problem,
+        &[("zone-a", &["s1", "s2"]), ("zone-b", &["other"])],
+    );
+    let problems = checker::check(&problem, &plan);
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert!(
+        problems[0].contains("no binding order places it")
+            && problems[0].contains("would hold 2 matching pods against a minimum of 0"),
+        "{problems:#?}"
+    );
+}
+
+#[test]
+fn pods_a_spread_only_counts_are_balanced_so_its_pods_hold_in_any_order() {
+    // upstream's benchmark shape: spread pods whose selector matches other pods, not their own.
+    let mut pods: Vec<SchedPod> = (0..12)
+        .map(|i| my_label_pod(&format!("counted-{i}"), "y", None))
+        .collect();
+    // Larger, so the solver places the spread pods first and the counted pods must then keep
+    // away from the spread pods' zone.
+    pods.extend((0..6).map(|i| {
+        let mut p = my_label_pod(&format!("spread-{i}"), "x", Some("y"));
+        p.requests.cpu = 200;
+        p
+    }));
+    let problem = Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods,
+    };
+    let plan = solved(&problem);
+    assert!(plan.unschedulable.is_empty());
+    assert_eq!(checker::refused_if_bound_last(&problem, &plan), 0);
+}

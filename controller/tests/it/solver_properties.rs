@@ -82,8 +82,11 @@ enum Constraint {
     Zone(usize),
     Arch(bool),
     Tolerates,
-    ZoneSpread(u8),
-    HostSpread(u8),
+    /// Labelled as spreads select, with no constraint of its own.
+    Counted(u8),
+    /// (own label, selected value): a spread pod need not match its own selector.
+    ZoneSpread(u8, u8),
+    HostSpread(u8, u8),
     HostAnti(u8),
     ZoneAffinity(u8),
     HostPort(u16),
@@ -97,8 +100,9 @@ fn constraint() -> impl Strategy<Value = Constraint> {
         1 => (0..3usize).prop_map(Constraint::Zone),
         1 => any::<bool>().prop_map(Constraint::Arch),
         1 => Just(Constraint::Tolerates),
-        1 => (0..3u8).prop_map(Constraint::ZoneSpread),
-        1 => (0..3u8).prop_map(Constraint::HostSpread),
+        1 => (0..3u8).prop_map(Constraint::Counted),
+        1 => (0..3u8, 0..3u8).prop_map(|(own, sel)| Constraint::ZoneSpread(own, sel)),
+        1 => (0..3u8, 0..3u8).prop_map(|(own, sel)| Constraint::HostSpread(own, sel)),
         1 => (0..3u8).prop_map(Constraint::HostAnti),
         1 => (0..3u8).prop_map(Constraint::ZoneAffinity),
         1 => (0..3u16).prop_map(|p| Constraint::HostPort(8000 + p)),
@@ -140,13 +144,17 @@ fn make_pod(i: usize, cpu: i64, mem: i64, c: &Constraint) -> SchedPod {
                 effect: None,
             }]
         }
-        Constraint::ZoneSpread(v) => {
+        Constraint::Counted(v) => {
             p.labels.insert("zs".into(), v.to_string());
-            p.spreads = vec![spread(labels::ZONE, "zs", *v)];
-        }
-        Constraint::HostSpread(v) => {
             p.labels.insert("hs".into(), v.to_string());
-            p.spreads = vec![spread(labels::HOSTNAME, "hs", *v)];
+        }
+        Constraint::ZoneSpread(own, selected) => {
+            p.labels.insert("zs".into(), own.to_string());
+            p.spreads = vec![spread(labels::ZONE, "zs", *selected)];
+        }
+        Constraint::HostSpread(own, selected) => {
+            p.labels.insert("hs".into(), own.to_string());
+            p.spreads = vec![spread(labels::HOSTNAME, "hs", *selected)];
         }
         Constraint::HostAnti(v) => {
             p.labels.insert("anti".into(), v.to_string());
@@ -323,5 +331,122 @@ proptest! {
         let summary = |p: &jointer_controller::core::scheduling::Plan| p.nodeclaims.iter().map(|n| (n.pool.clone(), n.pods.clone(), n.instance_types.len())).collect::<Vec<_>>();
         prop_assert_eq!(summary(&a), summary(&b));
         prop_assert_eq!(a.unschedulable.len(), b.unschedulable.len());
+    }
+}
+
+/// A small packing problem: one on-demand pool in one zone, up to five types with explicit
+/// allocatable, up to ten plain pods that each fit some type.
+fn small_packing() -> impl Strategy<Value = Problem> {
+    let types = proptest::collection::vec((1..=16i64, 1..=64i64, 1..=100u32), 1..=5);
+    let pods = proptest::collection::vec((100..=8000i64, 128..=16384i64), 1..=10);
+    (types, pods).prop_map(|(types, pods)| {
+        let types: Vec<Arc<InstanceType>> = types
+            .iter()
+            .enumerate()
+            .map(|(i, (cpu, gib, cents))| {
+                Arc::new(InstanceType::new(
+                    &format!("t{i}"),
+                    Requirements::new(),
+                    Resources {
+                        cpu: cpu * 1000,
+                        memory: gib * GIB,
+                        pods: 110,
+                        ..Resources::ZERO
+                    },
+                    Resources::ZERO,
+                    vec![Offering {
+                        zone: ZONES[0].into(),
+                        capacity_type: CapacityType::OnDemand,
+                        price: f64::from(*cents) / 100.0,
+                        available: true,
+                    }],
+                ))
+            })
+            .collect();
+        let pods = pods
+            .iter()
+            .enumerate()
+            .map(|(i, (cpu, mib))| {
+                SchedPod::new(
+                    "default",
+                    &format!("pod-{i}"),
+                    Resources::cpu_memory(*cpu, mib << 20),
+                )
+            })
+            .filter(|p| types.iter().any(|t| p.requests.fits_in(&t.allocatable)))
+            .collect();
+        let mut requirements = Requirements::new();
+        requirements.add(labels::NODEPOOL, Requirement::any_of(["small"]));
+        Problem {
+            pools: vec![PoolInput {
+                name: "small".into(),
+                weight: 0,
+                requirements,
+                labels: BTreeMap::from([(labels::NODEPOOL.to_string(), "small".to_string())]),
+                taints: vec![],
+                instance_types: types,
+                daemon_overhead: Resources::ZERO,
+                limits: Limits::default(),
+                in_use: Resources::ZERO,
+                nodes_in_use: 0,
+                replicas: None,
+            }],
+            existing: vec![],
+            pods,
+        }
+    })
+}
+
+/// The cheapest way to run every pod, by exhaustive search: the cheapest type for each subset
+/// of pods, then the best partition into subsets (dynamic programming over subsets, 3^n).
+fn optimum_per_hour(problem: &Problem) -> f64 {
+    let pods = &problem.pods;
+    let types = &problem.pools[0].instance_types;
+    let n = pods.len();
+    let node_price: Vec<f64> = (0..1usize << n)
+        .map(|set| {
+            let requests = (0..n)
+                .filter(|i| set & (1 << i) != 0)
+                .fold(Resources::ZERO, |acc, i| acc + pods[i].requests);
+            types
+                .iter()
+                .filter(|t| requests.fits_in(&t.allocatable))
+                .map(|t| t.offerings[0].price)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
+    let mut best = vec![f64::INFINITY; 1 << n];
+    best[0] = 0.0;
+    for set in 1..1usize << n {
+        // Every partition of `set` has one part holding its lowest pod: enumerate that part.
+        let low = set & set.wrapping_neg();
+        let rest = set ^ low;
+        let mut sub = rest;
+        loop {
+            let part = sub | low;
+            best[set] = best[set].min(node_price[part] + best[set ^ part]);
+            if sub == 0 {
+                break;
+            }
+            sub = (sub - 1) & rest;
+        }
+    }
+    best[(1 << n) - 1]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn small_packings_cost_within_five_percent_of_the_optimum(problem in small_packing()) {
+        let plan = solve(&problem);
+        prop_assert!(plan.unschedulable.is_empty(), "{:#?}", plan.unschedulable);
+        let optimum = optimum_per_hour(&problem);
+        let price = plan.price_per_hour();
+        prop_assert!(
+            price <= optimum * 1.05 + 1e-9,
+            "the plan costs {price:.2}/hour, the optimum {optimum:.2}/hour: {:#?}",
+            plan.nodeclaims.iter().map(|n| (n.launch_choice().map(|c| c.instance_type.name.clone()), n.pods.clone())).collect::<Vec<_>>()
+        );
     }
 }

@@ -205,9 +205,10 @@ impl Rejection {
                 | TopologyRejection::ExcludedByOthers { .. }
                 | TopologyRejection::UnknownDomain { .. },
             ) => true,
-            Rejection::Topology(TopologyRejection::Spread { key, .. }) => {
-                key == crate::api::labels::HOSTNAME
-            }
+            // A node's count only grows, and a hostname spread balances against an empty node.
+            Rejection::Topology(
+                TopologyRejection::Spread { key, .. } | TopologyRejection::OrderDependent { key },
+            ) => key == crate::api::labels::HOSTNAME,
             _ => false,
         }
     }
@@ -312,6 +313,10 @@ pub struct Plan {
     /// Pods placed on existing nodes, by node name.
     pub existing: BTreeMap<String, Vec<PodKey>>,
     pub unschedulable: Vec<Unschedulable>,
+    /// The order the solver placed the pods in. Every topology rule held at each placement
+    /// against the pods placed before, so kube-scheduler binding in this order passes them
+    /// all: the witness the checker verifies first (empty: none given).
+    pub binding_order: Vec<PodKey>,
 }
 
 impl Plan {

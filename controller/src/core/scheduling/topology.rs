@@ -28,6 +28,12 @@ struct Group {
     /// Domains holding a pod with a *required anti-affinity* term naming this group: pods this
     /// group selects may not join them (anti-affinity is symmetric).
     anti_owners: HashMap<String, i64>,
+    /// Some pending pod spreads over this group.
+    spread: bool,
+    /// Per domain, the smallest maxSkew of the `DoNotSchedule` spreads placed there: a pod
+    /// this group counts that joins the domain later must keep it within that skew, or the
+    /// spread pod is refused when kube-scheduler binds it after the newcomer.
+    constrained_skew: HashMap<String, i64>,
 }
 
 impl Group {
@@ -44,6 +50,9 @@ impl Group {
 pub struct ActiveTerms {
     pub preferred_affinity: bool,
     pub schedule_anyway_spreads: bool,
+    /// Keep every placed spread pod valid whatever order kube-scheduler binds the pods in
+    /// (each as if bound last): a preference, tried first for pods a spread counts.
+    pub order_safe: bool,
 }
 
 /// The group indexes of one pod's terms.
@@ -90,6 +99,11 @@ pub enum TopologyRejection {
     ExcludedByOthers {
         key: String,
     },
+    /// Joining would let a spread pod already in the domain be refused if kube-scheduler
+    /// bound it after this one (only while [`ActiveTerms::order_safe`]).
+    OrderDependent {
+        key: String,
+    },
 }
 
 impl std::fmt::Display for TopologyRejection {
@@ -114,6 +128,10 @@ impl std::fmt::Display for TopologyRejection {
             TopologyRejection::ExcludedByOthers { key } => write!(
                 f,
                 "another pod's anti-affinity on {key} excludes this pod from its domain"
+            ),
+            TopologyRejection::OrderDependent { key } => write!(
+                f,
+                "a spread pod on {key} there would depend on being bound before this one"
             ),
         }
     }
@@ -159,6 +177,7 @@ impl Topology {
                     &s.selector,
                     std::slice::from_ref(&pod.key.namespace),
                 );
+                t.groups[g].spread = true;
                 terms.spreads.push((g, s.clone()));
             }
             let term_groups = |t: &mut Topology, list: &[AffinityTerm]| -> Vec<usize> {
@@ -218,6 +237,8 @@ impl Topology {
             counts: HashMap::new(),
             total: 0,
             anti_owners: HashMap::new(),
+            spread: false,
+            constrained_skew: HashMap::new(),
         });
         self.index.insert(gk, self.groups.len() - 1);
         self.groups.len() - 1
@@ -359,12 +380,43 @@ impl Topology {
                         });
                     }
                 }
+                if active.order_safe && group.key == key && !group.constrained_skew.is_empty() {
+                    let min = self.lowest_count(group);
+                    allowed.retain(|d| {
+                        group
+                            .constrained_skew
+                            .get(d.as_str())
+                            .is_none_or(|&skew| group.count(d) + 1 - min <= skew)
+                    });
+                    if allowed.is_empty() {
+                        return Err(TopologyRejection::OrderDependent {
+                            key: key.to_string(),
+                        });
+                    }
+                }
             }
-            // Balance: the least-populated domain of the first spread group, else the first.
+            // Balance: the least-populated domain of the first spread group; for a pod spreads
+            // only count, of those groups (so counted pods do not pile into one domain); else
+            // the first.
+            let counting: Vec<&Group> = terms
+                .selected_by
+                .iter()
+                .map(|g| &self.groups[*g])
+                .filter(|g| g.spread && g.key == key)
+                .collect();
             let chosen = match first_spread {
                 Some(group) => allowed
                     .iter()
                     .min_by_key(|d| (group.count(d), (*d).clone()))
+                    .cloned(),
+                None if !counting.is_empty() => allowed
+                    .iter()
+                    .min_by_key(|d| {
+                        (
+                            counting.iter().map(|g| g.count(d)).sum::<i64>(),
+                            (*d).clone(),
+                        )
+                    })
                     .cloned(),
                 None => allowed.first().cloned(),
             };
@@ -411,6 +463,30 @@ impl Topology {
         eligible.iter().map(|d| group.count(d)).min().unwrap_or(0)
     }
 
+    /// The lowest count over every domain the group's key is known to have: never above the
+    /// minimum kube-scheduler will take for any pod, so a skew judged against it is safe.
+    fn lowest_count(&self, group: &Group) -> i64 {
+        if group.key == labels::HOSTNAME {
+            return 0;
+        }
+        self.universe
+            .get(&group.key)
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s.values.iter())
+            .map(|d| group.count(d))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// True when a spread counts this pod, so where it goes can unsettle a spread pod.
+    pub fn counted_by_spread(&self, pod: usize) -> bool {
+        self.pods[pod]
+            .selected_by
+            .iter()
+            .any(|&g| self.groups[g].spread)
+    }
+
     /// Records a placed pod in its chosen domains.
     pub fn record(&mut self, pod: usize, placement: &Placement) {
         let domain_of = |key: &str| {
@@ -431,6 +507,15 @@ impl Topology {
         for &g in &terms.anti_affinity {
             if let Some(d) = domain_of(&groups[g].key) {
                 *groups[g].anti_owners.entry(d).or_default() += 1;
+            }
+        }
+        for (g, spread) in &terms.spreads {
+            if spread.when_unsatisfiable != Unsatisfiable::DoNotSchedule {
+                continue;
+            }
+            if let Some(d) = domain_of(&groups[*g].key) {
+                let skew = groups[*g].constrained_skew.entry(d).or_insert(i64::MAX);
+                *skew = (*skew).min(spread.max_skew);
             }
         }
     }

@@ -3,9 +3,11 @@
 //! solver's own bookkeeping. Used by tests (property tests run every random plan through it)
 //! and by the benchmark.
 
+mod spread;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::pod::{untolerated, SchedPod, Unsatisfiable};
+use super::pod::{untolerated, SchedPod};
 use super::problem::{Plan, Problem};
 use super::requirements::Requirements;
 use super::resources::Resources;
@@ -15,12 +17,36 @@ use crate::api::labels;
 struct PlacedNode<'a> {
     name: String,
     labels: BTreeMap<String, String>,
+    /// The pods already running on it first (`running` of them), then those the plan adds.
     pods: Vec<&'a SchedPod>,
+    running: usize,
 }
 
 /// Every violation found; empty means the plan is valid.
 pub fn check(problem: &Problem, plan: &Plan) -> Vec<String> {
     let mut problems = Vec::new();
+    let nodes = placed_nodes(problem, plan, &mut problems);
+    check_node_requirements(&nodes, &mut problems);
+    check_host_ports(&nodes, &mut problems);
+    check_affinity(&nodes, &mut problems);
+    spread::check(problem, &nodes, &plan.binding_order, &mut problems);
+    problems
+}
+
+/// How many of the plan's spread-constrained pods kube-scheduler would refuse if each bound
+/// after every other pod (see [`spread`]): 0 means the plan holds in any binding order.
+pub fn refused_if_bound_last(problem: &Problem, plan: &Plan) -> usize {
+    let nodes = placed_nodes(problem, plan, &mut Vec::new());
+    spread::refused_if_bound_last(problem, &nodes)
+}
+
+/// The plan's nodes with their concrete labels and pods, checking on the way that every pod is
+/// placed once, fits, tolerates its node and keeps its pool's requirements and limits.
+fn placed_nodes<'a>(
+    problem: &'a Problem,
+    plan: &Plan,
+    problems: &mut Vec<String>,
+) -> Vec<PlacedNode<'a>> {
     let by_key: HashMap<String, &SchedPod> = problem
         .pods
         .iter()
@@ -80,6 +106,7 @@ pub fn check(problem: &Problem, plan: &Plan) -> Vec<String> {
             name: node.name.clone(),
             labels,
             pods,
+            running: node.pods.len(),
         });
     }
 
@@ -174,10 +201,26 @@ pub fn check(problem: &Problem, plan: &Plan) -> Vec<String> {
                 ));
             }
         }
+        // A pod whose rules depend on the zone it lands in must pin its NodeClaim there: left
+        // open, the launch may pick another zone than the one the plan counted it in.
+        let zones = nc
+            .requirements
+            .get(labels::ZONE)
+            .and_then(|r| r.values())
+            .map_or(0, |v| v.len());
+        if let Some(pod) = pods.iter().find(|p| depends_on_zone(p)) {
+            if zones != 1 {
+                problems.push(format!(
+                    "nodeclaim {} leaves its zone open although pod {} has zone rules",
+                    nc.hostname, pod.key
+                ));
+            }
+        }
         nodes.push(PlacedNode {
             name: nc.hostname.clone(),
             labels,
             pods,
+            running: 0,
         });
     }
 
@@ -201,10 +244,19 @@ pub fn check(problem: &Problem, plan: &Plan) -> Vec<String> {
         }
     }
 
-    check_node_requirements(&nodes, &mut problems);
-    check_host_ports(&nodes, &mut problems);
-    check_topology(problem, &nodes, &mut problems);
-    problems
+    nodes
+}
+
+/// A `DoNotSchedule` zone spread, or required pod affinity or anti-affinity by zone.
+fn depends_on_zone(pod: &SchedPod) -> bool {
+    let zone = |key: &str| super::requirements::normalize_key(key) == labels::ZONE;
+    pod.spreads.iter().any(|s| {
+        s.when_unsatisfiable == super::pod::Unsatisfiable::DoNotSchedule && zone(&s.topology_key)
+    }) || pod
+        .affinity
+        .iter()
+        .chain(&pod.anti_affinity)
+        .any(|t| zone(&t.topology_key))
 }
 
 fn check_node_requirements(nodes: &[PlacedNode], problems: &mut Vec<String>) {
@@ -244,7 +296,9 @@ fn domain_of<'n>(node: &'n PlacedNode, key: &str) -> Option<&'n String> {
     node.labels.get(super::requirements::normalize_key(key))
 }
 
-fn check_topology(problem: &Problem, nodes: &[PlacedNode], problems: &mut Vec<String>) {
+/// Required pod (anti-)affinity on the final placement: anti-affinity is symmetric, so it holds
+/// in every binding order when it holds at the end.
+fn check_affinity(nodes: &[PlacedNode], problems: &mut Vec<String>) {
     let all: Vec<(&SchedPod, &PlacedNode)> = nodes
         .iter()
         .flat_map(|n| n.pods.iter().map(move |p| (*p, n)))
@@ -294,95 +348,4 @@ fn check_topology(problem: &Problem, nodes: &[PlacedNode], problems: &mut Vec<St
             }
         }
     }
-
-    // Spread: the final counts per domain may differ by at most maxSkew (hostname: at most
-    // maxSkew per node, since an empty node is always possible).
-    for pod in problem.pods.iter() {
-        for spread in pod
-            .spreads
-            .iter()
-            .filter(|s| s.when_unsatisfiable == Unsatisfiable::DoNotSchedule)
-        {
-            let key = super::requirements::normalize_key(&spread.topology_key);
-            let ns = std::slice::from_ref(&pod.key.namespace);
-            let mut counts: BTreeMap<&String, i64> = BTreeMap::new();
-            for &(other, node) in &all {
-                if selects(ns, &spread.selector, other) {
-                    if let Some(d) = domain_of(node, key) {
-                        *counts.entry(d).or_default() += 1;
-                    }
-                }
-            }
-            let max = counts.values().copied().max().unwrap_or(0);
-            let min = if key == labels::HOSTNAME {
-                0
-            } else {
-                eligible_min(problem, pod, spread, key, &counts)
-            };
-            if max - min > spread.max_skew {
-                problems.push(format!(
-                    "spread of {} on {key}: counts {counts:?} exceed maxSkew {}",
-                    pod.key, spread.max_skew
-                ));
-            }
-        }
-    }
-}
-
-/// The lowest count among the domains the pod could have gone to.
-fn eligible_min(
-    problem: &Problem,
-    pod: &SchedPod,
-    spread: &super::pod::TopologySpread,
-    key: &str,
-    counts: &BTreeMap<&String, i64>,
-) -> i64 {
-    let mut domains: BTreeSet<String> = BTreeSet::new();
-    for pool in &problem.pools {
-        if spread.honor_taints && untolerated(&pool.taints, &pod.tolerations).is_some() {
-            continue;
-        }
-        let pool_allows = pool.requirements.get(key);
-        for t in &pool.instance_types {
-            if t.requirements.conflict(&pool.requirements).is_some() {
-                continue;
-            }
-            for v in t
-                .requirements
-                .get(key)
-                .and_then(|r| r.values())
-                .into_iter()
-                .flatten()
-            {
-                if pool_allows.is_none_or(|r| r.has(v)) {
-                    domains.insert(v.clone());
-                }
-            }
-        }
-    }
-    for node in problem
-        .existing
-        .iter()
-        .filter(|n| !spread.honor_taints || untolerated(&n.taints, &pod.tolerations).is_none())
-    {
-        if let Some(v) = node.labels.get(key) {
-            domains.insert(v.clone());
-        }
-    }
-    if spread.honor_node_affinity {
-        if let Some(term) = pod.node_terms.first().and_then(|t| t.get(key)) {
-            domains.retain(|d| term.has(d));
-        }
-    }
-    if spread
-        .min_domains
-        .is_some_and(|m| (domains.len() as i64) < m)
-    {
-        return 0;
-    }
-    domains
-        .iter()
-        .map(|d| counts.get(d).copied().unwrap_or(0))
-        .min()
-        .unwrap_or(0)
 }

@@ -14,6 +14,7 @@ mod nodeclaim;
 mod packing;
 use nodeclaim::{efficient_types, max_allocatable};
 mod preferences;
+mod repack;
 
 use super::instance_type::InstanceType;
 use super::pod::SchedPod;
@@ -96,6 +97,8 @@ struct Solver<'a> {
     existing: Vec<Existing<'a>>,
     candidates: Vec<Candidate>,
     topology: Topology,
+    /// Pods in the order they were placed (the plan's binding order).
+    placed: Vec<usize>,
 }
 
 impl<'a> Solver<'a> {
@@ -217,6 +220,7 @@ impl<'a> Solver<'a> {
             existing,
             candidates: Vec::new(),
             topology,
+            placed: Vec::new(),
         }
     }
 
@@ -256,6 +260,7 @@ impl<'a> Solver<'a> {
         for p in leftover {
             place(&mut self, p);
         }
+        self.repack_small_rounds();
         self.into_plan(unschedulable)
     }
 
@@ -274,7 +279,11 @@ impl<'a> Solver<'a> {
                 .collect();
             return Err(reasons);
         }
-        let attempts = Self::attempts(pod, self.policies.preferences);
+        let attempts = Self::attempts(
+            pod,
+            self.policies.preferences,
+            self.topology.counted_by_spread(p),
+        );
         let signature = pod.constraint_signature();
         for (a, attempt) in attempts.iter().enumerate() {
             let (start_existing, start_candidates) =
@@ -286,6 +295,7 @@ impl<'a> Solver<'a> {
                         let existing = &mut self.existing[e];
                         existing.free = existing.free - pod.requests;
                         existing.pods.push(p);
+                        self.placed.push(p);
                         existing.ports.extend(pod.host_ports.iter().cloned());
                         self.topology.record(p, &placement);
                         return Ok(());
@@ -322,6 +332,7 @@ impl<'a> Solver<'a> {
             active: ActiveTerms {
                 preferred_affinity: false,
                 schedule_anyway_spreads: false,
+                order_safe: false,
             },
         });
         Err((0..self.pools.len())
@@ -466,6 +477,7 @@ impl<'a> Solver<'a> {
             nodeclaims,
             existing,
             unschedulable,
+            binding_order: self.placed.iter().map(|&p| pods[p].key.clone()).collect(),
         }
     }
 }

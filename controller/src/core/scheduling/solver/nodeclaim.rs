@@ -358,6 +358,7 @@ impl Solver<'_> {
         pool.reserved += pool.types[candidate.types[0] as usize].capacity;
         candidate.requests += pod.requests;
         candidate.pods.push(p);
+        self.placed.push(p);
         candidate.ports.extend(pod.host_ports.iter().cloned());
         let mut placement = update.placement;
         if !placement.iter().any(|(k, _)| k == labels::HOSTNAME) {

@@ -33,6 +33,7 @@ fn plain_attempt() -> Attempt {
         active: ActiveTerms {
             preferred_affinity: false,
             schedule_anyway_spreads: false,
+            order_safe: false,
         },
     }
 }
@@ -58,6 +59,7 @@ impl Solver<'_> {
                 let existing = &mut self.existing[e];
                 existing.free = existing.free - pod.requests;
                 existing.pods.push(p);
+                self.placed.push(p);
                 return true;
             }
         }

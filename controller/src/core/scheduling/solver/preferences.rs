@@ -1,6 +1,8 @@
 //! Preference relaxation: a pod first tries with every preference (preferred node affinity,
 //! preferred pod affinity and anti-affinity, ScheduleAnyway spreads) as if required, then with
-//! them dropped one at a time, as kube-scheduler and upstream Karpenter do.
+//! them dropped one at a time, as kube-scheduler and upstream Karpenter do. A pod that a spread
+//! counts tries each level first without unsettling a placed spread pod (see
+//! [`ActiveTerms::order_safe`]).
 
 use super::{Attempt, Solver};
 use crate::core::scheduling::pod::SchedPod;
@@ -12,8 +14,13 @@ impl Solver<'_> {
     /// The attempts for a pod, strictest first: every preference as if required; then
     /// preferred pod (anti-)affinity dropped; then preferred node terms dropped one by one
     /// (weakest first); then ScheduleAnyway spreads ignored; then each further required
-    /// node-affinity term (OR) without preferences.
-    pub(super) fn attempts(pod: &SchedPod, policy: PreferencePolicy) -> Vec<Attempt> {
+    /// node-affinity term (OR) without preferences. With `order_safe_first`, each of these is
+    /// tried order-safe before as it is.
+    pub(super) fn attempts(
+        pod: &SchedPod,
+        policy: PreferencePolicy,
+        order_safe_first: bool,
+    ) -> Vec<Attempt> {
         let terms: Vec<Option<&Requirements>> = if pod.node_terms.is_empty() {
             vec![None]
         } else {
@@ -37,6 +44,7 @@ impl Solver<'_> {
                 active: ActiveTerms {
                     preferred_affinity,
                     schedule_anyway_spreads,
+                    order_safe: false,
                 },
             }
         };
@@ -59,6 +67,15 @@ impl Solver<'_> {
                 out.push(attempt(term, 0, false, false));
             }
         }
-        out
+        if !order_safe_first {
+            return out;
+        }
+        out.into_iter()
+            .flat_map(|a| {
+                let mut safe = a.clone();
+                safe.active.order_safe = true;
+                [safe, a]
+            })
+            .collect()
     }
 }
