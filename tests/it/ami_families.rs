@@ -11,7 +11,7 @@ use std::time::Duration;
 use base64::Engine;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
@@ -562,5 +562,17 @@ async fn every_ami_family_joins_with_its_pools_labels_and_taints_and_only_its_ow
         "/_gap/parameters",
         Some(json!({"name": moved, "value": null})),
     );
+    // The broken class is the test's own, not the templates': teardown leaves it, and the
+    // controller would go on keeping an instance profile for it that teardown then finds
+    // left over. Deleted first, its finalizer removes that profile.
+    let broken = format!("{c}-broken");
+    classes
+        .delete(&broken, &DeleteParams::default())
+        .await
+        .expect("delete the broken class");
+    wait_for("the broken class gone", Duration::from_secs(60), || async {
+        classes.get_opt(&broken).await.ok()?.is_none().then_some(())
+    })
+    .await;
     scene.end().await;
 }
