@@ -176,6 +176,7 @@ pub async fn controller_settings(
         policies: jointer_controller::core::scheduling::Policies {
             min_values: parsed(value("MIN_VALUES_POLICY")).unwrap_or_default(),
             preferences: parsed(value("PREFERENCE_POLICY")).unwrap_or_default(),
+            ..Default::default()
         },
         timeouts: jointer_controller::core::disruption::ConsolidationTimeouts {
             multi_node: timeout("MULTI_NODE_CONSOLIDATION_TIMEOUT", defaults.multi_node),

@@ -16,7 +16,9 @@ use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::buffer::{self, buffer_name};
 use crate::core::drain::with_disrupted_taint;
-use crate::core::scheduling::{solve_with, CapacityType, InstanceType, Plan, PodKey, Requirement};
+use crate::core::scheduling::{
+    solve_with, CapacityType, InstanceType, Plan, PodKey, Policies, Requirement,
+};
 use crate::core::state::{build, registered_nodes};
 
 /// Multi-node consolidation looks at no more candidates than this.
@@ -175,7 +177,11 @@ pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String>
         .problem
         .pods
         .retain(|p| theirs.contains(&p.key) || headroom.contains(&p.key));
-    let plan = solve_with(&built.problem, inputs.policies);
+    let policies = Policies {
+        keep_node_count: true,
+        ..inputs.policies
+    };
+    let plan = solve_with(&built.problem, policies);
     if let Some(u) = plan.unschedulable.first() {
         if buffer::is_virtual(&u.pod) {
             return Err(format!(

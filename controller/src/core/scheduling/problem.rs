@@ -60,6 +60,10 @@ pub struct ExistingNode {
 pub struct Policies {
     pub min_values: MinValuesPolicy,
     pub preferences: PreferencePolicy,
+    /// Never regroup pods into more NodeClaims than the heuristic made: consolidation asks
+    /// whether a node's pods fit on one cheaper node, and a cheaper split into two would turn
+    /// that replacement into a refusal. Provisioning leaves it off.
+    pub keep_node_count: bool,
 }
 
 /// `Strict`: a NodeClaim that cannot offer `minValues` distinct values is not made.

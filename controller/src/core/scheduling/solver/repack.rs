@@ -1,11 +1,10 @@
 //! Exact repacking of small rounds. Most provisioning rounds in a steady cluster hold a handful
 //! of pending pods, where a heuristic's one wrong grouping costs a whole node. When a pool's
-//! new NodeClaims hold only pods without constraints, the cheapest grouping of those pods into
-//! at most as many NodeClaims as the heuristic made is found by exhaustive search (the cheapest
-//! type for every subset, then the best partition into subsets: 3^n steps per NodeClaim
-//! allowed), and replaces the heuristic's NodeClaims when it is cheaper. Never more NodeClaims:
-//! consolidation asks the solver whether a node's pods fit on one cheaper node, and a cheaper
-//! split into two would turn that answer into a refusal.
+//! new NodeClaims hold only pods without constraints, the cheapest grouping of those pods is
+//! found by exhaustive search (the cheapest type for every subset, then the best partition into
+//! subsets: 3^n steps per NodeClaim allowed), and replaces the heuristic's NodeClaims when it
+//! is cheaper. Under `Policies::keep_node_count` (consolidation) into no more NodeClaims than
+//! the heuristic made.
 
 use std::collections::HashSet;
 
@@ -53,7 +52,12 @@ impl Solver<'_> {
                 .map(|&c| self.cheapest_fit(pool, self.candidates[c].requests))
                 .map(|t| t.map(|(_, price)| price))
                 .sum();
-            let Some((best, parts)) = self.best_grouping(pool, &pods, group.len()) else {
+            let most = if self.policies.keep_node_count {
+                group.len()
+            } else {
+                pods.len()
+            };
+            let Some((best, parts)) = self.best_grouping(pool, &pods, most) else {
                 continue;
             };
             if current.is_some_and(|now| best < now - 1e-9) {
