@@ -398,27 +398,31 @@ impl Topology {
             // Balance: the least-populated domain of the first spread group; for a pod spreads
             // only count, of those groups (so counted pods do not pile into one domain); else
             // the first.
-            let counting: Vec<&Group> = terms
-                .selected_by
-                .iter()
-                .map(|g| &self.groups[*g])
-                .filter(|g| g.spread && g.key == key)
-                .collect();
+            let counting = || -> Vec<&Group> {
+                terms
+                    .selected_by
+                    .iter()
+                    .map(|g| &self.groups[*g])
+                    .filter(|g| g.spread && g.key == key)
+                    .collect()
+            };
             let chosen = match first_spread {
                 Some(group) => allowed
                     .iter()
                     .min_by_key(|d| (group.count(d), (*d).clone()))
                     .cloned(),
-                None if !counting.is_empty() => allowed
-                    .iter()
-                    .min_by_key(|d| {
-                        (
-                            counting.iter().map(|g| g.count(d)).sum::<i64>(),
-                            (*d).clone(),
-                        )
-                    })
-                    .cloned(),
-                None => allowed.first().cloned(),
+                None => match counting() {
+                    counting if counting.is_empty() => allowed.first().cloned(),
+                    counting => allowed
+                        .iter()
+                        .min_by_key(|d| {
+                            (
+                                counting.iter().map(|g| g.count(d)).sum::<i64>(),
+                                (*d).clone(),
+                            )
+                        })
+                        .cloned(),
+                },
             };
             if let Some(d) = chosen {
                 placement.push((key.to_string(), d));

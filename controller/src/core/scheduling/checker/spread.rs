@@ -24,6 +24,7 @@ use super::PlacedNode;
 use crate::api::labels;
 
 /// Pods counted per domain by one (key, selector, namespace) of some pending pod's spread.
+#[derive(Clone)]
 struct Group<'a> {
     key: &'a str,
     selector: &'a Selector,
@@ -51,6 +52,7 @@ impl<'a> Group<'a> {
 }
 
 /// One `DoNotSchedule` spread of a placed pod.
+#[derive(Clone)]
 struct Constraint<'a> {
     group: usize,
     max_skew: i64,
@@ -76,6 +78,7 @@ impl Constraint<'_> {
 }
 
 /// A pending pod the plan placed, with what it counts in and what constrains it.
+#[derive(Clone)]
 struct Binding<'a> {
     pod: &'a SchedPod,
     node: &'a str,
@@ -106,6 +109,7 @@ impl Binding<'_> {
     }
 }
 
+#[derive(Clone)]
 struct Model<'a> {
     groups: Vec<Group<'a>>,
     bindings: Vec<Binding<'a>>,
@@ -315,7 +319,7 @@ pub(super) fn check(
 ) {
     let model = Model::new(problem, nodes);
     problems.extend(model.problems.iter().cloned());
-    let witnessed = !order.is_empty() && Model::new(problem, nodes).replay(order);
+    let witnessed = !order.is_empty() && model.clone().replay(order);
     if !witnessed {
         problems.extend(model.bind_all());
     }
