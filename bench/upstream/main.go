@@ -4,10 +4,16 @@
 //
 // Usage: upstream --pods N --out DIR [--inputs-only]
 //
+//	upstream --pods N --out DIR --recheck DIR/jointer.json
+//
 // It writes DIR/pods.yaml, DIR/catalog.json and DIR/nodepools.yaml (jointer's inputs),
 // DIR/workload-summary.json (the workload's distributions) and DIR/upstream.json (upstream's
-// plan, summarised; not with --inputs-only). Only the Solve call is timed, as in
-// upstream's benchmark, whose topology and scheduler construction happen before its timer.
+// plan, per NodeClaim and summarised; not with --inputs-only). Only the Solve call is timed, as
+// in upstream's benchmark, whose topology and scheduler construction happen before its timer.
+//
+// With --recheck it regenerates the same pods, writes nothing but DIR/recheck.json and does not
+// solve: it replays jointer's plan (its binding_order) through upstream's own Topology, see
+// recheck.go. It exits 4 when that replay refuses a pod or the plan names a pod badly.
 package main
 
 import (
@@ -31,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
@@ -60,10 +67,22 @@ func main() {
 	podCount := flag.Int("pods", 1000, "how many pods to generate (upstream's makeDiversePods(N))")
 	outDir := flag.String("out", "", "directory to write the inputs and upstream.json into")
 	inputsOnly := flag.Bool("inputs-only", false, "write the inputs and the workload summary, do not solve")
+	recheck := flag.String("recheck", "", "jointer's simulate JSON to replay through upstream's topology (writes DIR/recheck.json only)")
 	flag.Parse()
 	if *outDir == "" || *podCount <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: upstream --pods N --out DIR")
+		fmt.Fprintln(os.Stderr, "usage: upstream --pods N --out DIR [--inputs-only | --recheck JOINTER_JSON]")
 		os.Exit(2)
+	}
+	if *recheck != "" {
+		clean, err := runRecheck(*podCount, *outDir, *recheck)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		if !clean {
+			os.Exit(4)
+		}
+		return
 	}
 	if err := run(*podCount, *outDir, !*inputsOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -78,7 +97,7 @@ func run(podCount int, outDir string, solveToo bool) error {
 		return err
 	}
 
-	pods := (&podGenerator{rng: rand.New(rand.NewSource(benchmarkSeed))}).diverse(podCount) //nolint:gosec // reproducing a seeded benchmark
+	pods := benchmarkPods(podCount)
 	instanceTypes := fake.InstanceTypes(instanceTypeCount)
 
 	if err := writePods(filepath.Join(outDir, "pods.yaml"), pods); err != nil {
@@ -103,6 +122,14 @@ func run(podCount int, outDir string, solveToo bool) error {
 	}
 	return writeJSON(filepath.Join(outDir, "upstream.json"), summary)
 }
+
+// benchmarkPods is the benchmark's workload of podCount pods, drawn from a fresh seeded source.
+func benchmarkPods(podCount int) []*corev1.Pod {
+	return (&podGenerator{rng: rand.New(rand.NewSource(benchmarkSeed))}).diverse(podCount) //nolint:gosec // reproducing a seeded benchmark
+}
+
+// podKey is how jointer names a pod: "namespace/name".
+func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
 // ---------------------------------------------------------------------------------------------
 // The workload. Upstream's generator lives in a _test.go file, so it is rebuilt here: the same
@@ -438,12 +465,38 @@ type summary struct {
 	Unschedulable   int      `json:"unschedulable"`
 	UnschedulableEx []string `json:"unschedulable_examples,omitempty"`
 	PeakRSSBytes    int64    `json:"peak_rss_bytes"`
+	// Spread pods kube-scheduler would refuse if each bound after every other pod of the plan
+	// (refusedIfBoundLast, the same function the recheck applies to jointer's plan).
+	RefusedIfBoundLast int                `json:"refused_if_bound_last"`
+	NodeClaims         []plannedNodeClaim `json:"nodeclaims"`
 }
 
-// solve builds the cluster state, topology and scheduler the way upstream's benchmark does (a
-// fake kube client, the fake cloud provider carrying the 400 types, one NodePool with the
-// benchmark's limits, five concurrent reconciles) and runs one Solve.
-func solve(pods []*corev1.Pod, instanceTypes []*cloudprovider.InstanceType) (summary, error) {
+// plannedNodeClaim is one NodeClaim of upstream's plan with the launch it would take.
+type plannedNodeClaim struct {
+	InstanceType string   `json:"instance_type"`
+	Zone         string   `json:"zone"`
+	CapacityType string   `json:"capacity_type"`
+	PricePerHour float64  `json:"price_per_hour"`
+	Pods         []string `json:"pods"` // "namespace/name", in the order upstream added them
+	// How many zones the NodeClaim could launch in at that price: above 1, upstream left its zone
+	// open and zone is only the tie-break's pick.
+	ZonesAtPrice int `json:"zones_at_price"`
+}
+
+// bench is the environment upstream's benchmark schedules in: a context with test options, a fake
+// kube client, the fake cloud provider carrying the catalog, cluster state, one NodePool with the
+// benchmark's limits and five concurrent reconciles.
+type bench struct {
+	ctx         context.Context
+	kubeClient  client.Client
+	cluster     *state.Cluster
+	clock       clock.Clock
+	pools       []*karpv1.NodePool
+	typesByPool map[string][]*cloudprovider.InstanceType
+	opts        []provisioning.Options
+}
+
+func newBench(instanceTypes []*cloudprovider.InstanceType) *bench {
 	ctx := options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), test.Options())
 	nodePool := test.NodePool(karpv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: poolName},
@@ -456,18 +509,40 @@ func solve(pods []*corev1.Pod, instanceTypes []*cloudprovider.InstanceType) (sum
 	cloudProvider.InstanceTypes = instanceTypes
 	kubeClient := fakeclient.NewFakeClient()
 	clk := &clock.RealClock{}
-	cluster := state.NewCluster(clk, kubeClient, cloudProvider)
-	pools := []*karpv1.NodePool{nodePool}
-	typesByPool := map[string][]*cloudprovider.InstanceType{nodePool.Name: instanceTypes}
-	opts := []provisioning.Options{provisioning.NumConcurrentReconciles(5)}
+	return &bench{
+		ctx:         ctx,
+		kubeClient:  kubeClient,
+		cluster:     state.NewCluster(clk, kubeClient, cloudProvider),
+		clock:       clk,
+		pools:       []*karpv1.NodePool{nodePool},
+		typesByPool: map[string][]*cloudprovider.InstanceType{nodePool.Name: instanceTypes},
+		opts:        []provisioning.Options{provisioning.NumConcurrentReconciles(5)},
+	}
+}
+
+// topology is upstream's Topology over pods, built as the benchmark builds it before Solve.
+func (b *bench) topology(pods []*corev1.Pod) (*provisioning.Topology, error) {
+	t, err := provisioning.NewTopology(b.ctx, b.kubeClient, b.cluster, nil, b.pools, b.typesByPool, pods, b.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("building upstream's topology: %w", err)
+	}
+	return t, nil
+}
+
+// solve builds the cluster state, topology and scheduler the way upstream's benchmark does (a
+// fake kube client, the fake cloud provider carrying the 400 types, one NodePool with the
+// benchmark's limits, five concurrent reconciles) and runs one Solve.
+func solve(pods []*corev1.Pod, instanceTypes []*cloudprovider.InstanceType) (summary, error) {
+	b := newBench(instanceTypes)
+	ctx := b.ctx
 
 	setupStart := time.Now()
-	topology, err := provisioning.NewTopology(ctx, kubeClient, cluster, nil, pools, typesByPool, pods, opts...)
+	topology, err := b.topology(pods)
 	if err != nil {
-		return summary{}, fmt.Errorf("building upstream's topology: %w", err)
+		return summary{}, err
 	}
-	scheduler := provisioning.NewScheduler(ctx, kubeClient, pools, cluster, nil, topology, typesByPool, nil,
-		events.NewRecorder(&record.FakeRecorder{}), clk, nil, nil, opts...)
+	scheduler := provisioning.NewScheduler(ctx, b.kubeClient, b.pools, b.cluster, nil, topology, b.typesByPool, nil,
+		events.NewRecorder(&record.FakeRecorder{}), b.clock, nil, nil, b.opts...)
 
 	setup := time.Since(setupStart)
 
@@ -486,13 +561,28 @@ func solve(pods []*corev1.Pod, instanceTypes []*cloudprovider.InstanceType) (sum
 		Nodes:         len(results.NewNodeClaims),
 		Unschedulable: len(results.PodErrors),
 	}
-	for _, nc := range results.NewNodeClaims {
+	var placed []placement
+	for i, nc := range results.NewNodeClaims {
 		s.PodsPlaced += len(nc.Pods)
-		price, ok := cheapestOffering(nc)
+		chosen, ok := cheapestOffering(nc)
 		if !ok {
 			return summary{}, fmt.Errorf("a NodeClaim of %d pods has no launchable offering", len(nc.Pods))
 		}
-		s.PricePerHour += price
+		s.PricePerHour += chosen.price
+		planned := plannedNodeClaim{InstanceType: chosen.instanceType, Zone: chosen.zone, CapacityType: chosen.capacityType,
+			PricePerHour: chosen.price, Pods: make([]string, 0, len(nc.Pods)), ZonesAtPrice: chosen.zonesAtPrice}
+		// Upstream drops its placeholder hostname when it finalizes a NodeClaim; every NodeClaim
+		// becomes a node of its own, so a name per NodeClaim is its hostname domain.
+		host := fmt.Sprintf("upstream-nodeclaim-%05d", i)
+		for _, p := range nc.Pods {
+			planned.Pods = append(planned.Pods, podKey(p))
+			placed = append(placed, placement{pod: p, zone: chosen.zone, host: host})
+		}
+		s.NodeClaims = append(s.NodeClaims, planned)
+	}
+	s.RefusedIfBoundLast, err = refusedIfBoundLast(placed, offeredZones(instanceTypes))
+	if err != nil {
+		return summary{}, fmt.Errorf("upstream's plan: %w", err)
 	}
 	for pod, perr := range results.PodErrors {
 		s.UnschedulableEx = append(s.UnschedulableEx, pod.Name+": "+perr.Error())
@@ -508,19 +598,72 @@ func solve(pods []*corev1.Pod, instanceTypes []*cloudprovider.InstanceType) (sum
 	return s, nil
 }
 
-// cheapestOffering is what the NodeClaim would cost: the lowest price among its instance-type
-// options' available offerings that its requirements (zone, capacity type, ...) allow, judged
-// the way upstream orders options by price.
-func cheapestOffering(nc *provisioning.NodeClaim) (float64, bool) {
-	best := math.Inf(1)
+// launch is the offering a NodeClaim would launch with.
+type launch struct {
+	instanceType, zone, capacityType string
+	price                            float64
+	zonesAtPrice                     int // zones with an allowed offering at price
+}
+
+// before orders launches by price, then zone, instance type and capacity type names, so that
+// equal prices (every fake offering of a type costs the same) pick one launch deterministically.
+func (l launch) before(o launch) bool {
+	if l.price != o.price {
+		return l.price < o.price
+	}
+	if l.zone != o.zone {
+		return l.zone < o.zone
+	}
+	if l.instanceType != o.instanceType {
+		return l.instanceType < o.instanceType
+	}
+	return l.capacityType < o.capacityType
+}
+
+// cheapestOffering is what the NodeClaim would launch and cost: the cheapest among its
+// instance-type options' available offerings that its requirements (zone, capacity type, ...)
+// allow, judged the way upstream orders options by price; ties broken as launch.before says.
+func cheapestOffering(nc *provisioning.NodeClaim) (launch, bool) {
+	best := launch{price: math.Inf(1)}
+	zonesAt := map[float64]map[string]bool{}
 	for _, it := range nc.InstanceTypeOptions {
 		for _, o := range it.Offerings {
-			if o.Available && o.Price < best && nc.Requirements.IsCompatible(o.Requirements, scheduling.AllowUndefinedWellKnownLabels) {
-				best = o.Price
+			if !o.Available || !nc.Requirements.IsCompatible(o.Requirements, scheduling.AllowUndefinedWellKnownLabels) {
+				continue
+			}
+			candidate := launch{
+				instanceType: it.Name,
+				zone:         o.Requirements.Get(corev1.LabelTopologyZone).Any(),
+				capacityType: o.Requirements.Get(karpv1.CapacityTypeLabelKey).Any(),
+				price:        o.Price,
+			}
+			if zonesAt[candidate.price] == nil {
+				zonesAt[candidate.price] = map[string]bool{}
+			}
+			zonesAt[candidate.price][candidate.zone] = true
+			if candidate.before(best) {
+				best = candidate
 			}
 		}
 	}
-	return best, !math.IsInf(best, 1)
+	best.zonesAtPrice = len(zonesAt[best.price])
+	return best, !math.IsInf(best.price, 1)
+}
+
+// offeredZones is every zone an available offering of the catalog is in, sorted.
+func offeredZones(instanceTypes []*cloudprovider.InstanceType) []string {
+	seen := map[string]bool{}
+	var zones []string
+	for _, it := range instanceTypes {
+		for _, o := range it.Offerings {
+			if z := o.Requirements.Get(corev1.LabelTopologyZone).Any(); o.Available && !seen[z] {
+				seen[z] = true
+				zones = append(zones, z)
+			}
+		}
+	}
+	sort.Strings(zones)
+	return zones
 }
 
 func writeJSON(path string, v any) error {

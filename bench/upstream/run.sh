@@ -6,6 +6,9 @@
 #   bench/upstream/run.sh 1000 5000       # chosen sizes
 #   JOINTER_BIN=target/debug/jointer bench/upstream/run.sh 1000   # an existing binary, no cargo
 #
+# Each size's plan from jointer is then replayed through upstream's own topology code (the
+# harness's --recheck); the script exits 1 if jointer fails or that replay refuses any pod.
+#
 # Needs go (any recent; the toolchain below is fetched through the Go module proxy), python3 and,
 # unless JOINTER_BIN is set, cargo. Work files go to bench/upstream/.out/ (git-ignored).
 set -euo pipefail
@@ -60,7 +63,18 @@ EOF
     failed=1
     echo "$n pods: jointer simulate failed (its message is under the table)" >&2
     sed 's/^/  /' "$dir/jointer.err" >&2
+    continue
   fi
+  # Replay jointer's plan, in its binding_order, through upstream's own Topology: writes
+  # $dir/recheck.json; exit 4 when a pod is refused or the plan names a pod badly.
+  echo "$n pods: re-checking jointer's plan with upstream's topology..." >&2
+  rc=0
+  "$out/upstream-bench" --pods "$n" --out "$dir" --recheck "$dir/jointer.json" || rc=$?
+  case "$rc" in
+    0) ;;
+    4) failed=1; echo "$n pods: upstream's topology refused jointer's plan; see $dir/recheck.json" >&2 ;;
+    *) failed=1; echo "$n pods: the recheck failed (exit $rc)" >&2 ;;
+  esac
 done
 
 python3 "$here/table.py" "$out" "$jointer" "${sizes[@]}"

@@ -81,6 +81,9 @@ pub struct Report {
     /// Spread pods kube-scheduler would refuse if each bound after every other pod: each may
     /// wait for another provisioning round; 0 means the plan holds in any binding order.
     pub refused_if_bound_last: usize,
+    /// The order the solver placed the pods in: one order kube-scheduler can bind them in
+    /// (the plan's witness), for re-checking the plan elsewhere (`bench/upstream`).
+    pub binding_order: Vec<String>,
 }
 
 fn parse_files(files: &[PathBuf]) -> Result<Vec<YamlStream>, InputErrors> {
@@ -339,5 +342,6 @@ fn report(plan: &Plan, input: String, region: String, price_source: &'static str
         memory_utilization: ratio(mem_req, mem_alloc),
         solve_seconds: 0.0,
         refused_if_bound_last: 0,
+        binding_order: plan.binding_order.iter().map(|p| p.to_string()).collect(),
     }
 }

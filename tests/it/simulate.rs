@@ -39,6 +39,21 @@ fn no_arguments_simulate_the_bundled_example() {
     }
     // 6 web + 4 api + 3 cache + 8 report pods are placed; the GPU pod cannot be.
     assert_eq!(out["pods_scheduled"], 21);
+    // The binding order names every placed pod once.
+    let mut order: Vec<&str> = out["binding_order"]
+        .as_array()
+        .expect("binding_order")
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    let mut placed: Vec<&str> = claims
+        .iter()
+        .flat_map(|c| c["pods"].as_array().into_iter().flatten())
+        .filter_map(|p| p.as_str())
+        .collect();
+    order.sort_unstable();
+    placed.sort_unstable();
+    assert_eq!(order, placed);
     let unschedulable = out["unschedulable"].as_array().expect("unschedulable");
     assert_eq!(unschedulable.len(), 1);
     assert_eq!(unschedulable[0]["pod"], "ml/model-training");

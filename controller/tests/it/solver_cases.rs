@@ -334,6 +334,42 @@ fn hostname_anti_affinity_puts_each_replica_on_its_own_node() {
 }
 
 #[test]
+fn pods_that_repel_each_other_per_node_open_the_nodes_the_others_then_fill() {
+    // The web pods come first in upstream's order (more CPU) and alone would fill two big
+    // nodes, leaving each db replica a node of its own: five nodes. The db replicas need three
+    // nodes whatever happens, and those three hold everything.
+    let db = (0..3).map(|i| {
+        let mut p = pod(&format!("db-{i}"), 1000, 4);
+        p.labels.insert("app".into(), "db".into());
+        p.anti_affinity = vec![AffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: Selector::label("app", "db"),
+            namespaces: vec![],
+        }];
+        p
+    });
+    let web = (0..16).map(|i| {
+        let mut p = pod(&format!("web-{i}"), 2000, 7);
+        let mut amd64 = Requirements::new();
+        amd64.add(labels::ARCH, Requirement::any_of(["amd64"]));
+        p.node_terms = vec![amd64];
+        p
+    });
+    let plan = solved(&Problem {
+        pools: vec![pool("default")],
+        existing: vec![],
+        pods: db.chain(web).collect(),
+    });
+    assert_eq!(plan.nodeclaims.len(), 3, "{:#?}", plan.nodeclaims);
+    for n in &plan.nodeclaims {
+        assert_eq!(
+            n.pods.iter().filter(|p| p.name.starts_with("db")).count(),
+            1
+        );
+    }
+}
+
+#[test]
 fn zone_spread_balances_replicas_across_zones() {
     let pods = (0..6)
         .map(|i| {
@@ -788,4 +824,64 @@ fn pods_a_spread_only_counts_are_balanced_so_its_pods_hold_in_any_order() {
     let plan = solved(&problem);
     assert!(plan.unschedulable.is_empty());
     assert_eq!(checker::refused_if_bound_last(&problem, &plan), 0);
+}
+
+#[test]
+fn the_checker_judges_required_pod_affinity_and_anti_affinity_on_the_placement() {
+    let term = |key: &str, app: &str| AffinityTerm {
+        topology_key: key.into(),
+        selector: Selector::label("app", app),
+        namespaces: vec![],
+    };
+    let mut pods = Vec::new();
+    for name in ["db-1", "db-2", "db-3"] {
+        let mut p = labelled(name, "db");
+        p.anti_affinity = vec![term(labels::ZONE, "db")];
+        pods.push(p);
+    }
+    for name in ["cache-1", "cache-2", "cache-3"] {
+        let mut p = labelled(name, "cache");
+        p.affinity = vec![term(labels::ZONE, "cache")];
+        pods.push(p);
+    }
+    // Follows the db pods, and none is its own.
+    let mut follower = labelled("follower", "web");
+    follower.affinity = vec![term(labels::ZONE, "db")];
+    pods.push(follower);
+    let problem = three_zones(pods);
+
+    let valid = on_zones(
+        &problem,
+        &[
+            (
+                "zone-a",
+                &["db-1", "cache-1", "cache-2", "cache-3", "follower"],
+            ),
+            ("zone-b", &["db-2"]),
+            ("zone-c", &["db-3"]),
+        ],
+    );
+    assert_eq!(checker::check(&problem, &valid), Vec::<String>::new());
+
+    // Two db pods share zone-a (each is reported against the other); cache-3 left its set;
+    // the follower is where no db pod is.
+    let invalid = on_zones(
+        &problem,
+        &[
+            ("zone-a", &["db-1", "db-2", "cache-1", "cache-2"]),
+            ("zone-b", &["db-3"]),
+            ("zone-c", &["cache-3", "follower"]),
+        ],
+    );
+    let mut problems = checker::check(&problem, &invalid);
+    problems.sort();
+    assert_eq!(
+        problems,
+        vec![
+            "pod default/cache-3: required affinity on topology.kubernetes.io/zone is not met",
+            "pod default/db-1 has anti-affinity to default/db-2 but both are in topology.kubernetes.io/zone=zone-a",
+            "pod default/db-2 has anti-affinity to default/db-1 but both are in topology.kubernetes.io/zone=zone-a",
+            "pod default/follower: required affinity on topology.kubernetes.io/zone is not met",
+        ]
+    );
 }

@@ -7,9 +7,9 @@ use std::fmt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::requirements::{Requirement, Requirements};
+use super::requirements::{normalize_key, Requirement, Requirements};
 use super::resources::{Resources, UnknownResource};
-use crate::api::{Operator, Quantity, TaintEffect};
+use crate::api::{labels, Operator, Quantity, TaintEffect};
 
 /// `namespace/name`
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -225,6 +225,16 @@ impl SchedPod {
             host_ports: Vec::new(),
             created: 0,
         }
+    }
+
+    /// A required anti-affinity term on the hostname that selects the pod itself: no two
+    /// such pods share a node.
+    pub fn repels_itself_per_node(&self) -> bool {
+        self.anti_affinity.iter().any(|t| {
+            normalize_key(&t.topology_key) == labels::HOSTNAME
+                && self.term_namespaces(t).contains(&self.key.namespace)
+                && t.selector.matches(&self.labels)
+        })
     }
 
     /// The namespaces an affinity term of this pod selects in.

@@ -137,6 +137,95 @@ impl std::fmt::Display for TopologyRejection {
     }
 }
 
+/// One rule a domain must pass for a pod to join it, with the counts it compares against.
+#[derive(Debug, Clone)]
+enum Rule {
+    /// The spread's skew stays within maxSkew: `count + own - min <= max_skew`.
+    Spread {
+        group: usize,
+        own: i64,
+        min: i64,
+        max_skew: i64,
+    },
+    /// A pod the affinity term selects is already there.
+    Affinity { group: usize },
+    /// No pod the anti-affinity term selects is there.
+    AntiAffinity { group: usize },
+    /// No placed pod's anti-affinity excludes this pod from there.
+    Excluded { group: usize },
+    /// Joining leaves every spread pod there valid were it bound last.
+    OrderSafe { group: usize, min: i64 },
+}
+
+impl Rule {
+    fn admits(&self, groups: &[Group], domain: &str) -> bool {
+        match *self {
+            Rule::Spread {
+                group,
+                own,
+                min,
+                max_skew,
+            } => groups[group].count(domain) + own - min <= max_skew,
+            Rule::Affinity { group } => groups[group].count(domain) > 0,
+            Rule::AntiAffinity { group } => groups[group].count(domain) == 0,
+            Rule::Excluded { group } => !groups[group].anti_owners.contains_key(domain),
+            Rule::OrderSafe { group, min } => {
+                let g = &groups[group];
+                g.constrained_skew
+                    .get(domain)
+                    .is_none_or(|&skew| g.count(domain) + 1 - min <= skew)
+            }
+        }
+    }
+
+    fn rejection(&self, key: &str) -> TopologyRejection {
+        let key = key.to_string();
+        match self {
+            Rule::Spread { max_skew, .. } => TopologyRejection::Spread {
+                key,
+                max_skew: *max_skew,
+            },
+            Rule::Affinity { .. } => TopologyRejection::Affinity { key },
+            Rule::AntiAffinity { .. } => TopologyRejection::AntiAffinity { key },
+            Rule::Excluded { .. } => TopologyRejection::ExcludedByOthers { key },
+            Rule::OrderSafe { .. } => TopologyRejection::OrderDependent { key },
+        }
+    }
+}
+
+/// How a pod chooses among the domains its rules allow.
+#[derive(Debug, Clone)]
+enum Balance {
+    /// The least-populated domain of its first spread.
+    Spread(usize),
+    /// The domain where the spreads that count it have the fewest pods.
+    Counting(Vec<usize>),
+    /// Any: the first.
+    First,
+}
+
+#[derive(Debug, Clone)]
+struct KeyRules {
+    key: String,
+    /// The pod's own terms name the key, so a node without it cannot take the pod.
+    constrained: bool,
+    rules: Vec<Rule>,
+    balance: Balance,
+}
+
+impl KeyRules {
+    /// The first rule that refuses `domain`, if any.
+    fn first_refusal(&self, groups: &[Group], domain: &str) -> Option<usize> {
+        self.rules.iter().position(|r| !r.admits(groups, domain))
+    }
+}
+
+/// A pod's topology rules for one attempt, per key it involves (see [`Topology::rules`]).
+#[derive(Debug, Clone)]
+pub struct PodRules {
+    keys: Vec<KeyRules>,
+}
+
 /// Values a topology key can take on one pool's (or existing node's) nodes, and those nodes'
 /// taints.
 #[derive(Debug, Clone)]
@@ -250,7 +339,7 @@ impl Topology {
     }
 
     /// The topology keys this pod's placement involves.
-    pub fn keys(&self, pod: usize, active: ActiveTerms) -> BTreeSet<&str> {
+    fn keys(&self, pod: usize, active: ActiveTerms) -> BTreeSet<&str> {
         let terms = &self.pods[pod];
         let mut keys = BTreeSet::new();
         let mut add = |g: &usize| {
@@ -280,152 +369,172 @@ impl Topology {
         keys
     }
 
-    /// Chooses a domain per involved key among a node's possible values (`domains(key)`:
-    /// `None` when unknown), or says why none works. `pod_requirements` are the pod's node
-    /// requirements for this attempt (spread counts only domains they allow, by default).
-    pub fn place(
+    /// The rules each involved key's domains must pass for this pod and attempt, with the
+    /// counts they compare against taken now. Counts change only when a pod is recorded, so
+    /// one set of rules serves a whole scan of the nodes for one pod. `pod_requirements` are
+    /// the pod's node requirements for this attempt (spread counts only domains they allow,
+    /// by default).
+    pub fn rules(
         &self,
         pod: usize,
         self_pod: &SchedPod,
         active: ActiveTerms,
         pod_requirements: Option<&Requirements>,
+    ) -> PodRules {
+        let terms = &self.pods[pod];
+        let preferred_affinity: &[usize] = if active.preferred_affinity {
+            &terms.preferred_affinity
+        } else {
+            &[]
+        };
+        let preferred_anti_affinity: &[usize] = if active.preferred_affinity {
+            &terms.preferred_anti_affinity
+        } else {
+            &[]
+        };
+        let keys = self
+            .keys(pod, active)
+            .into_iter()
+            .map(|key| {
+                let on_key = |g: &usize| self.groups[*g].key == key;
+                let constrained = terms.spreads.iter().any(|(g, _)| on_key(g))
+                    || terms
+                        .affinity
+                        .iter()
+                        .chain(&terms.anti_affinity)
+                        .any(on_key)
+                    || preferred_affinity
+                        .iter()
+                        .chain(preferred_anti_affinity)
+                        .any(on_key);
+                let mut rules = Vec::new();
+                let mut first_spread = None;
+                for (g, spread) in &terms.spreads {
+                    if !on_key(g)
+                        || (spread.when_unsatisfiable == Unsatisfiable::ScheduleAnyway
+                            && !active.schedule_anyway_spreads)
+                    {
+                        continue;
+                    }
+                    let group = &self.groups[*g];
+                    rules.push(Rule::Spread {
+                        group: *g,
+                        own: i64::from(group.selects(self_pod)),
+                        min: self.global_min(self_pod, group, spread, pod_requirements),
+                        max_skew: spread.max_skew,
+                    });
+                    first_spread.get_or_insert(*g);
+                }
+                for g in terms.affinity.iter().chain(preferred_affinity) {
+                    let group = &self.groups[*g];
+                    // The first pod of a self-affine set may go anywhere.
+                    if on_key(g) && !(group.total == 0 && group.selects(self_pod)) {
+                        rules.push(Rule::Affinity { group: *g });
+                    }
+                }
+                for g in terms.anti_affinity.iter().chain(preferred_anti_affinity) {
+                    if on_key(g) {
+                        rules.push(Rule::AntiAffinity { group: *g });
+                    }
+                }
+                for g in terms.selected_by.iter().filter(|g| on_key(g)) {
+                    let group = &self.groups[*g];
+                    if !group.anti_owners.is_empty() {
+                        rules.push(Rule::Excluded { group: *g });
+                    }
+                    if active.order_safe && !group.constrained_skew.is_empty() {
+                        rules.push(Rule::OrderSafe {
+                            group: *g,
+                            min: self.lowest_count(group),
+                        });
+                    }
+                }
+                // Balance: the least-populated domain of the first spread group; for a pod
+                // spreads only count, of those groups (so counted pods do not pile into one
+                // domain); else the first.
+                let counting: Vec<usize> = terms
+                    .selected_by
+                    .iter()
+                    .copied()
+                    .filter(|g| on_key(g) && self.groups[*g].spread)
+                    .collect();
+                let balance = match first_spread {
+                    Some(g) => Balance::Spread(g),
+                    None if counting.is_empty() => Balance::First,
+                    None => Balance::Counting(counting),
+                };
+                KeyRules {
+                    key: key.to_string(),
+                    constrained,
+                    rules,
+                    balance,
+                }
+            })
+            .collect();
+        PodRules { keys }
+    }
+
+    /// True when, for some key other than the hostname, the rules refuse every domain the key
+    /// is known to have: no node, planned or new, can take the pod under these rules, so a
+    /// scan would only collect refusals.
+    pub fn refuses_everywhere(&self, rules: &PodRules) -> bool {
+        rules.keys.iter().any(|k| {
+            k.key != labels::HOSTNAME
+                && !k.rules.is_empty()
+                && self.universe.get(&k.key).is_some_and(|sources| {
+                    let mut domains = sources.iter().flat_map(|s| s.values.iter()).peekable();
+                    domains.peek().is_some()
+                        && domains.all(|d| k.first_refusal(&self.groups, d).is_some())
+                })
+        })
+    }
+
+    /// Chooses a domain per involved key among a node's possible values (`domains(key)`:
+    /// `None` when unknown), or says which rule rules them all out: the one a sequential
+    /// filter would have stopped at (the latest first-failing rule among the domains).
+    pub fn place(
+        &self,
+        rules: &PodRules,
         domains: &dyn Fn(&str) -> Option<Vec<String>>,
     ) -> Result<Placement, TopologyRejection> {
-        let terms = &self.pods[pod];
-        let mut placement = Vec::new();
-        for key in self.keys(pod, active) {
-            let constrained = terms
-                .spreads
-                .iter()
-                .any(|(g, _)| self.groups[*g].key == key)
-                || terms
-                    .affinity
-                    .iter()
-                    .chain(&terms.anti_affinity)
-                    .any(|g| self.groups[*g].key == key)
-                || (active.preferred_affinity
-                    && terms
-                        .preferred_affinity
-                        .iter()
-                        .chain(&terms.preferred_anti_affinity)
-                        .any(|g| self.groups[*g].key == key));
-            let Some(mut allowed) = domains(key) else {
-                if constrained {
-                    return Err(TopologyRejection::UnknownDomain {
-                        key: key.to_string(),
-                    });
+        let mut placement = Vec::with_capacity(rules.keys.len());
+        for k in &rules.keys {
+            let Some(mut allowed) = domains(&k.key) else {
+                if k.constrained {
+                    return Err(TopologyRejection::UnknownDomain { key: k.key.clone() });
                 }
                 continue;
             };
-            let mut first_spread = None;
-            for (g, spread) in &terms.spreads {
-                let group = &self.groups[*g];
-                if group.key != key
-                    || (spread.when_unsatisfiable == Unsatisfiable::ScheduleAnyway
-                        && !active.schedule_anyway_spreads)
-                {
-                    continue;
+            let mut stopped_at: Option<usize> = None;
+            allowed.retain(|d| match k.first_refusal(&self.groups, d) {
+                None => true,
+                Some(i) => {
+                    stopped_at = Some(stopped_at.map_or(i, |s| s.max(i)));
+                    false
                 }
-                let min = self.global_min(self_pod, group, spread, pod_requirements);
-                let own = i64::from(group.selects(self_pod));
-                allowed.retain(|d| group.count(d) + own - min <= spread.max_skew);
-                if allowed.is_empty() {
-                    return Err(TopologyRejection::Spread {
-                        key: key.to_string(),
-                        max_skew: spread.max_skew,
-                    });
-                }
-                first_spread.get_or_insert(group);
-            }
-            let preferred: &[usize] = if active.preferred_affinity {
-                &terms.preferred_affinity
-            } else {
-                &[]
-            };
-            for g in terms.affinity.iter().chain(preferred) {
-                let group = &self.groups[*g];
-                // The first pod of a self-affine set may go anywhere.
-                if group.key == key && !(group.total == 0 && group.selects(self_pod)) {
-                    allowed.retain(|d| group.count(d) > 0);
-                    if allowed.is_empty() {
-                        return Err(TopologyRejection::Affinity {
-                            key: key.to_string(),
-                        });
-                    }
+            });
+            if allowed.is_empty() {
+                // With no domain at all, the first rule is the one that fails.
+                match stopped_at.or((!k.rules.is_empty()).then_some(0)) {
+                    Some(i) => return Err(k.rules[i].rejection(&k.key)),
+                    None => continue,
                 }
             }
-            let preferred: &[usize] = if active.preferred_affinity {
-                &terms.preferred_anti_affinity
-            } else {
-                &[]
-            };
-            for g in terms.anti_affinity.iter().chain(preferred) {
-                let group = &self.groups[*g];
-                if group.key == key {
-                    allowed.retain(|d| group.count(d) == 0);
-                    if allowed.is_empty() {
-                        return Err(TopologyRejection::AntiAffinity {
-                            key: key.to_string(),
-                        });
-                    }
-                }
-            }
-            for g in &terms.selected_by {
-                let group = &self.groups[*g];
-                if group.key == key && !group.anti_owners.is_empty() {
-                    allowed.retain(|d| !group.anti_owners.contains_key(d.as_str()));
-                    if allowed.is_empty() {
-                        return Err(TopologyRejection::ExcludedByOthers {
-                            key: key.to_string(),
-                        });
-                    }
-                }
-                if active.order_safe && group.key == key && !group.constrained_skew.is_empty() {
-                    let min = self.lowest_count(group);
-                    allowed.retain(|d| {
-                        group
-                            .constrained_skew
-                            .get(d.as_str())
-                            .is_none_or(|&skew| group.count(d) + 1 - min <= skew)
-                    });
-                    if allowed.is_empty() {
-                        return Err(TopologyRejection::OrderDependent {
-                            key: key.to_string(),
-                        });
-                    }
-                }
-            }
-            // Balance: the least-populated domain of the first spread group; for a pod spreads
-            // only count, of those groups (so counted pods do not pile into one domain); else
-            // the first.
-            let counting = || -> Vec<&Group> {
-                terms
-                    .selected_by
+            let least = |count: &dyn Fn(&str) -> i64| {
+                allowed
                     .iter()
-                    .map(|g| &self.groups[*g])
-                    .filter(|g| g.spread && g.key == key)
-                    .collect()
+                    .min_by(|a, b| count(a).cmp(&count(b)).then_with(|| a.cmp(b)))
+                    .cloned()
             };
-            let chosen = match first_spread {
-                Some(group) => allowed
-                    .iter()
-                    .min_by_key(|d| (group.count(d), (*d).clone()))
-                    .cloned(),
-                None => match counting() {
-                    counting if counting.is_empty() => allowed.first().cloned(),
-                    counting => allowed
-                        .iter()
-                        .min_by_key(|d| {
-                            (
-                                counting.iter().map(|g| g.count(d)).sum::<i64>(),
-                                (*d).clone(),
-                            )
-                        })
-                        .cloned(),
-                },
+            let chosen = match &k.balance {
+                Balance::Spread(g) => least(&|d| self.groups[*g].count(d)),
+                Balance::Counting(groups) => {
+                    least(&|d| groups.iter().map(|g| self.groups[*g].count(d)).sum())
+                }
+                Balance::First => allowed.first().cloned(),
             };
             if let Some(d) = chosen {
-                placement.push((key.to_string(), d));
+                placement.push((k.key.clone(), d));
             }
         }
         Ok(placement)

@@ -7,7 +7,7 @@ mod spread;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::pod::{untolerated, SchedPod};
+use super::pod::{untolerated, AffinityTerm, SchedPod, Selector};
 use super::problem::{Plan, Problem};
 use super::requirements::Requirements;
 use super::resources::Resources;
@@ -296,50 +296,75 @@ fn domain_of<'n>(node: &'n PlacedNode, key: &str) -> Option<&'n String> {
     node.labels.get(super::requirements::normalize_key(key))
 }
 
+/// An affinity term as the pods it selects: (namespaces, selector, topology key).
+type TermKey<'a> = (&'a [String], &'a Selector, &'a str);
+
+fn term_key<'a>(pod: &'a SchedPod, term: &'a AffinityTerm) -> TermKey<'a> {
+    (
+        pod.term_namespaces(term),
+        &term.selector,
+        term.topology_key.as_str(),
+    )
+}
+
+/// The placed pods a term selects, per domain of its key (`None`: nodes without the key), and
+/// how many there are in all.
+#[derive(Default)]
+struct Members<'a> {
+    by_domain: HashMap<Option<&'a String>, Vec<&'a SchedPod>>,
+    total: usize,
+}
+
 /// Required pod (anti-)affinity on the final placement: anti-affinity is symmetric, so it holds
-/// in every binding order when it holds at the end.
+/// in every binding order when it holds at the end. Terms repeat across replicas, so each
+/// distinct term's members are gathered once.
 fn check_affinity(nodes: &[PlacedNode], problems: &mut Vec<String>) {
     let all: Vec<(&SchedPod, &PlacedNode)> = nodes
         .iter()
         .flat_map(|n| n.pods.iter().map(move |p| (*p, n)))
         .collect();
-    let selects = |namespaces: &[String], selector: &super::pod::Selector, other: &SchedPod| {
+    let selects = |(namespaces, selector, _): TermKey, other: &SchedPod| {
         namespaces.contains(&other.key.namespace) && selector.matches(&other.labels)
     };
+    let mut index: HashMap<TermKey, Members> = HashMap::new();
+    for &(pod, _) in &all {
+        for term in pod.anti_affinity.iter().chain(&pod.affinity) {
+            let key = term_key(pod, term);
+            index.entry(key).or_insert_with(|| {
+                let mut members = Members::default();
+                for &(other, node) in all.iter().filter(|(o, _)| selects(key, o)) {
+                    let list = members.by_domain.entry(domain_of(node, key.2)).or_default();
+                    list.push(other);
+                    members.total += 1;
+                }
+                members
+            });
+        }
+    }
 
     for &(pod, node) in &all {
         for term in &pod.anti_affinity {
-            let namespaces = pod.term_namespaces(term);
             let Some(domain) = domain_of(node, &term.topology_key) else {
                 continue;
             };
-            for &(other, other_node) in &all {
-                if other.key != pod.key
-                    && selects(namespaces, &term.selector, other)
-                    && domain_of(other_node, &term.topology_key) == Some(domain)
-                {
-                    problems.push(format!(
-                        "pod {} has anti-affinity to {} but both are in {}={domain}",
-                        pod.key, other.key, term.topology_key
-                    ));
-                }
+            let members = &index[&term_key(pod, term)];
+            let together = members.by_domain.get(&Some(domain)).into_iter().flatten();
+            for other in together.filter(|o| o.key != pod.key) {
+                problems.push(format!(
+                    "pod {} has anti-affinity to {} but both are in {}={domain}",
+                    pod.key, other.key, term.topology_key
+                ));
             }
         }
         for term in &pod.affinity {
-            let namespaces = pod.term_namespaces(term);
+            let key = term_key(pod, term);
+            let members = &index[&key];
             let domain = domain_of(node, &term.topology_key);
-            let matching: Vec<&PlacedNode> = all
-                .iter()
-                .filter(|(o, _)| o.key != pod.key && selects(namespaces, &term.selector, o))
-                .map(|(_, n)| *n)
-                .collect();
-            let together = matching
-                .iter()
-                .any(|n| domain.is_some() && domain_of(n, &term.topology_key) == domain);
-            let first_of_its_set = selects(namespaces, &term.selector, pod)
-                && matching
-                    .iter()
-                    .all(|n| domain_of(n, &term.topology_key) == domain);
+            // The pod is among the members (in its own domain) when the term selects it.
+            let itself = usize::from(selects(key, pod));
+            let others_here = members.by_domain.get(&domain).map_or(0, Vec::len) - itself;
+            let together = domain.is_some() && others_here > 0;
+            let first_of_its_set = itself == 1 && others_here == members.total - itself;
             if !together && !first_of_its_set {
                 problems.push(format!(
                     "pod {}: required affinity on {} is not met",

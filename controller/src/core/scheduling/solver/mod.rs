@@ -6,7 +6,9 @@
 //! preferences as if required; only if that fails are they relaxed one by one. A NodeClaim is
 //! first-fit: the earliest one that can take the pod does, which packs nodes densely.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 use std::sync::Arc;
 
 mod existing;
@@ -23,7 +25,7 @@ use super::problem::{
 };
 use super::requirements::{type_satisfies, Requirements};
 use super::resources::Resources;
-use super::topology::{ActiveTerms, DomainSource, Placement, Topology};
+use super::topology::{ActiveTerms, DomainSource, Placement, PodRules, Topology};
 
 /// Plans NodeClaims for `problem`'s pending pods.
 /// Solves under the default policies (`Strict` minValues, preferences respected).
@@ -40,6 +42,9 @@ pub fn solve_with(problem: &Problem, policies: Policies) -> Plan {
 struct Attempt {
     requirements: Option<Requirements>,
     active: ActiveTerms,
+    /// The pod's topology rules for this attempt, taken once per scan of the nodes (counts
+    /// do not change until the pod is placed); computed on each call when absent.
+    rules: Option<Rc<PodRules>>,
 }
 
 struct PoolState<'a> {
@@ -69,6 +74,9 @@ struct Candidate {
     pods: Vec<usize>,
     ports: Vec<(String, String, i32)>,
     min_values_relaxed: bool,
+    /// Per topology key, the values its types allow under its own requirements: asked for on
+    /// every placement try, changed only by a commit (which clears it).
+    domain_cache: RefCell<HashMap<String, Vec<String>>>,
 }
 
 struct Existing<'a> {
@@ -240,6 +248,13 @@ impl<'a> Solver<'a> {
         // already paid for, and the rest are packed into nodes of the most cost-efficient types.
         let (plain, constrained): (Vec<usize>, Vec<usize>) =
             order.into_iter().partition(|&p| self.is_plain(p));
+        // Pods that repel each other per node set the least number of nodes: they open them
+        // first, so the others fill those nodes instead of a node of their own that no such
+        // pod may join later (the order stays upstream's within each part).
+        let (one_per_node, constrained): (Vec<usize>, Vec<usize>) = constrained
+            .into_iter()
+            .partition(|&p| pods[p].repels_itself_per_node());
+        let constrained = one_per_node.into_iter().chain(constrained);
         let mut unschedulable = Vec::new();
         let mut place = |solver: &mut Self, p: usize| {
             if let Err(reasons) = solver.schedule(p) {
@@ -286,6 +301,14 @@ impl<'a> Solver<'a> {
         );
         let signature = pod.constraint_signature();
         for (a, attempt) in attempts.iter().enumerate() {
+            let attempt = &self.with_rules(p, attempt);
+            if attempt
+                .rules
+                .as_ref()
+                .is_some_and(|r| self.topology.refuses_everywhere(r))
+            {
+                continue;
+            }
             let (start_existing, start_candidates) =
                 self.skip.get(&(signature, a)).copied().unwrap_or((0, 0));
             let (mut skip_existing, mut skip_candidates) = (start_existing, start_candidates);
@@ -334,6 +357,7 @@ impl<'a> Solver<'a> {
                 schedule_anyway_spreads: false,
                 order_safe: false,
             },
+            rules: None,
         });
         Err((0..self.pools.len())
             .map(|pool| {
@@ -347,6 +371,24 @@ impl<'a> Solver<'a> {
             .collect())
     }
 
+    /// The attempt with the pod's topology rules taken now, for a scan of the nodes.
+    fn with_rules(&self, p: usize, attempt: &Attempt) -> Attempt {
+        let mut prepared = attempt.clone();
+        if !self.topology.is_free(p) {
+            prepared.rules = Some(Rc::new(self.rules(p, attempt)));
+        }
+        prepared
+    }
+
+    fn rules(&self, p: usize, attempt: &Attempt) -> PodRules {
+        self.topology.rules(
+            p,
+            &self.problem.pods[p],
+            attempt.active,
+            attempt.requirements.as_ref(),
+        )
+    }
+
     /// The topology domains the pod would take on a node whose possible values per key are
     /// `domains(key)`.
     fn place(
@@ -355,16 +397,11 @@ impl<'a> Solver<'a> {
         attempt: &Attempt,
         domains: &dyn Fn(&str) -> Option<Vec<String>>,
     ) -> Result<Placement, Rejection> {
-        let pod = &self.problem.pods[p];
-        self.topology
-            .place(
-                p,
-                pod,
-                attempt.active,
-                attempt.requirements.as_ref(),
-                domains,
-            )
-            .map_err(Rejection::Topology)
+        let placed = match &attempt.rules {
+            Some(rules) => self.topology.place(rules, domains),
+            None => self.topology.place(&self.rules(p, attempt), domains),
+        };
+        placed.map_err(Rejection::Topology)
     }
 
     /// For an explanation: the instance type closest to fitting the pod on a new node.

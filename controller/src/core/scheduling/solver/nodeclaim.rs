@@ -128,21 +128,34 @@ impl Solver<'_> {
                 if !pool.type_keys.contains(key) {
                     return None;
                 }
-                let mut values = std::collections::BTreeSet::new();
-                for &t in &c.types {
-                    if let Some(v) = pool.types[t as usize]
-                        .requirements
-                        .get(key)
-                        .and_then(|r| r.values())
-                    {
-                        values.extend(
-                            v.iter()
-                                .filter(|v| allowed.is_none_or(|a| a.has(v)))
-                                .cloned(),
-                        );
+                let from_types = || {
+                    let mut values = std::collections::BTreeSet::new();
+                    for &t in &c.types {
+                        if let Some(v) = pool.types[t as usize]
+                            .requirements
+                            .get(key)
+                            .and_then(|r| r.values())
+                        {
+                            values.extend(
+                                v.iter()
+                                    .filter(|v| allowed.is_none_or(|a| a.has(v)))
+                                    .cloned(),
+                            );
+                        }
                     }
+                    values.into_iter().collect::<Vec<String>>()
+                };
+                // Only the NodeClaim's own requirements are cached; a pod's may narrow them.
+                if merged.is_some() {
+                    return Some(from_types());
                 }
-                Some(values.into_iter().collect())
+                let mut cache = c.domain_cache.borrow_mut();
+                Some(
+                    cache
+                        .entry(key.to_string())
+                        .or_insert_with(from_types)
+                        .clone(),
+                )
             };
             self.place(p, attempt, &domains)?
         };
@@ -330,6 +343,7 @@ impl Solver<'_> {
             min_values_relaxed: false,
             pods: Vec::new(),
             ports: Vec::new(),
+            domain_cache: Default::default(),
         };
         let update = self.try_candidate(&candidate, p, attempt)?;
         Ok((candidate, update))
@@ -349,6 +363,7 @@ impl Solver<'_> {
         }
         candidate.min_values_relaxed |= update.min_values_relaxed;
         candidate.types = update.types;
+        candidate.domain_cache.get_mut().clear();
         candidate.max_allocatable = max_allocatable(
             candidate
                 .types

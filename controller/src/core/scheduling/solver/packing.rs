@@ -35,6 +35,7 @@ fn plain_attempt() -> Attempt {
             schedule_anyway_spreads: false,
             order_safe: false,
         },
+        rules: None,
     }
 }
 

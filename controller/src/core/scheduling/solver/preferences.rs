@@ -46,6 +46,7 @@ impl Solver<'_> {
                     schedule_anyway_spreads,
                     order_safe: false,
                 },
+                rules: None,
             }
         };
         let mut out = Vec::new();

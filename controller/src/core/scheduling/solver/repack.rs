@@ -196,6 +196,7 @@ impl Solver<'_> {
                 pods,
                 ports: Vec::new(),
                 min_values_relaxed: false,
+                domain_cache: Default::default(),
             };
             let state = &mut self.pools[pool];
             state.reserved += state.types[cheapest as usize].capacity;
