@@ -6,15 +6,7 @@
 // per command; boxing it everywhere would cost clarity for no measurable gain.
 #![allow(clippy::result_large_err)]
 
-mod api_versions;
-mod bootstrap;
-mod cluster;
-mod commands;
-mod failure;
-mod image;
-mod input;
-mod output;
-mod progress;
+use jointer::{bootstrap, commands, failure, output};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

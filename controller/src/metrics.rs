@@ -52,6 +52,9 @@ pub struct Metrics {
     pub pods_pending: Family<ReasonLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub interruption_messages: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub disruption_commands: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    /// One disruption pass's decision over every candidate (upstream's
+    /// `voluntary_disruption_decision_evaluation_duration_seconds`).
+    pub disruption_decision: Histogram,
 }
 
 fn pool_counter(registry: &mut Registry, name: &str, help: &str) -> PoolCounter {
@@ -130,6 +133,12 @@ impl Metrics {
             "duration of one scheduling solve",
             solve_duration.clone(),
         );
+        let disruption_decision = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "disruption_decision_seconds",
+            "duration of one disruption pass's decision over every candidate",
+            disruption_decision.clone(),
+        );
         let pods_pending = Family::default();
         registry.register(
             "pods_pending",
@@ -151,6 +160,7 @@ impl Metrics {
         Metrics {
             registry,
             disruption_commands,
+            disruption_decision,
             interruption_messages,
             nodeclaims_created,
             nodeclaims_launched,

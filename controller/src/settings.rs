@@ -124,7 +124,7 @@ pub fn check_overrides<'a>(
         })
         .filter(|(env, _)| !SET_BY_JOINTER.contains(&env.as_str()))
         .collect();
-    let mut argv = vec![
+    let base = [
         "--cluster-name".to_string(),
         "check".to_string(),
         "--region".to_string(),
@@ -143,12 +143,26 @@ pub fn check_overrides<'a>(
                 names.join(", ")
             ));
         };
+        let mut argv = base.to_vec();
         argv.push(format!("--{long}={value}"));
+        if let Err(e) = command.clone().try_get_matches_from(argv) {
+            return Err(format!("{key}: {}", invalid_value(&e, value)));
+        }
     }
-    command
-        .try_get_matches_from(argv)
-        .map(|_| ())
-        .map_err(|e| e.render().to_string().trim().replace('\n', " "))
+    Ok(())
+}
+
+/// What clap says of a setting's value, without its flag syntax: `'Sometimes' is not one of
+/// Strict, BestEffort` or `'soon': <the parser's reason>`.
+fn invalid_value(e: &clap::Error, value: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
+        return format!("{value:?} is not one of {}", valid.join(", "));
+    }
+    let reason = std::error::Error::source(e)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| e.kind().to_string());
+    format!("{value:?} is not valid: {reason}")
 }
 
 impl Settings {

@@ -228,17 +228,31 @@ fn convert_nodeclass(
 /// Converts every document of every file; on any problem nothing is returned but the problems.
 pub fn convert(files: &[PathBuf]) -> Result<Conversion, InputErrors> {
     let mut problems = Vec::new();
+    let mut streams = Vec::new();
+    for path in files {
+        match read_stream(path, "v1beta1 NodePool or EC2NodeClass YAML") {
+            Ok(s) => streams.push(s),
+            Err(d) => problems.push(d),
+        }
+    }
+    let converted = convert_streams(streams);
+    match (converted, problems.is_empty()) {
+        (Ok(conversion), true) => Ok(conversion),
+        (Ok(_), false) => Err(InputErrors(problems)),
+        (Err(InputErrors(mut more)), _) => {
+            problems.append(&mut more);
+            Err(InputErrors(problems))
+        }
+    }
+}
+
+/// Converts parsed streams (what [`convert`] reads from files).
+pub fn convert_streams(streams: Vec<YamlStream>) -> Result<Conversion, InputErrors> {
+    let mut problems = Vec::new();
     let mut changes = Vec::new();
     let mut inputs = Vec::new();
     let mut kubelets = Vec::new();
-    for path in files {
-        let mut stream = match read_stream(path, "v1beta1 NodePool or EC2NodeClass YAML") {
-            Ok(s) => s,
-            Err(d) => {
-                problems.push(d);
-                continue;
-            }
-        };
+    for mut stream in streams {
         let mut converted = stream.documents.clone();
         for (index, doc) in converted.iter_mut().enumerate() {
             if doc.is_null() {

@@ -523,6 +523,23 @@ pub fn check_region(region: &str) -> Result<(), String> {
     }
 }
 
+/// An AWS tag key jointer can put on subnets and security groups: 1-128 characters, not the
+/// reserved `aws:` prefix, and only the characters EC2 tags allow everywhere.
+pub fn check_tag_key(key: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_alphanumeric() || c.is_whitespace() || "_.:/=+-@".contains(c);
+    if key.is_empty() || key.chars().count() > 128 || !key.chars().all(allowed) {
+        return Err(format!(
+            "{key:?} is not a valid tag key (1-128 letters, digits, spaces and _.:/=+-@)"
+        ));
+    }
+    if key.to_ascii_lowercase().starts_with("aws:") {
+        return Err(format!(
+            "{key:?} starts with aws:, which AWS reserves for its own tags"
+        ));
+    }
+    Ok(())
+}
+
 /// Semantic checks serde cannot express, as (field path, message).
 fn validate(config: &Config) -> Vec<(&'static str, String)> {
     let mut problems = Vec::new();
@@ -660,6 +677,15 @@ fn validate(config: &Config) -> Vec<(&'static str, String)> {
                 problems.push((field, format!("{id:?} is not an ID starting with {prefix}")));
             }
         }
+    }
+    if config.controller.helm.chart.trim().is_empty() {
+        problems.push((
+            "controller.helm.chart",
+            "empty: give an OCI reference (oci://…), a chart repository URL or a local chart directory, or remove it for upstream's chart".to_string(),
+        ));
+    }
+    if let Err(e) = check_tag_key(&config.discovery.tag_key) {
+        problems.push(("discovery.tagKey", e));
     }
     if config.templates.builtin.is_some() && config.templates.dir.is_some() {
         problems.push((

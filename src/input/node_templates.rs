@@ -109,6 +109,10 @@ pub fn context(loaded: &LoadedConfig) -> serde_json::Value {
     })
 }
 
+/// How many instructions a template may run: far more than any node template needs, so a
+/// runaway loop stops with an error naming its template instead of hanging the command.
+pub const TEMPLATE_FUEL: u64 = 10_000_000;
+
 /// Renders every selected template; all template errors are reported, not just the first.
 pub fn render(loaded: &LoadedConfig) -> Result<Vec<Rendered>, InputErrors> {
     let sources = sources(loaded)?;
@@ -117,6 +121,7 @@ pub fn render(loaded: &LoadedConfig) -> Result<Vec<Rendered>, InputErrors> {
     // A typo in a variable name must fail loudly, never render as an empty string.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_keep_trailing_newline(true);
+    env.set_fuel(Some(TEMPLATE_FUEL));
     let mut out = Vec::new();
     let mut problems = Vec::new();
     for source in &sources {

@@ -305,7 +305,7 @@ phase "etcd ${ETCD_VERSION} ready on 127.0.0.1:${ETCD_PORT}"
 #   as the endpoints of the `kubernetes` Service, and a loopback address is invalid there.
 # --service-cluster-ip-range: only a range to allocate ClusterIPs from; nothing routes it.
 # Node,RBAC: the authorizers of a real cluster, so RBAC mistakes in our manifests show up.
-start_process kube-apiserver "${K8S_BIN}/kube-apiserver" \
+APISERVER_COMMAND=("${K8S_BIN}/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
   --bind-address=127.0.0.1 \
   --advertise-address=127.0.0.1 \
@@ -333,7 +333,11 @@ start_process kube-apiserver "${K8S_BIN}/kube-apiserver" \
   --proxy-client-cert-file="${PKI_DIR}/front-proxy-client.crt" \
   --proxy-client-key-file="${PKI_DIR}/front-proxy-client.key" \
   --profiling=false \
-  --v=1
+  --v=1)
+# One argument per line, for the test that starts a second API server on the same etcd and
+# restarts it under a running controller (controller/tests/it/outage.rs).
+printf '%s\n' "${APISERVER_COMMAND[@]}" > "${RUN_DIR}/kube-apiserver.command"
+start_process kube-apiserver "${APISERVER_COMMAND[@]}"
 wait_until kube-apiserver 90 apiserver_ready
 phase "kube-apiserver ${K8S_VERSION} ready on ${APISERVER_URL}"
 
@@ -341,6 +345,9 @@ phase "kube-apiserver ${K8S_VERSION} ready on ${APISERVER_URL}"
 # --use-service-account-credentials: each controller acts as its own service account, the
 #   way kubeadm runs it; the bootstrap RBAC rights are granted per controller.
 # --cluster-signing-*: lets CertificateSigningRequests be signed (kubelet-style joins).
+# --kube-api-qps/burst (both components): the scale harness creates thousands of pods at once,
+#   and the client defaults (20 QPS for the ReplicaSet controller, 50 for kube-scheduler's
+#   bindings) would measure those rate limits instead of the controller under test.
 start_process kube-controller-manager "${K8S_BIN}/kube-controller-manager" \
   --kubeconfig="${RUN_DIR}/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig="${RUN_DIR}/kube-controller-manager.kubeconfig" \
@@ -354,6 +361,8 @@ start_process kube-controller-manager "${K8S_BIN}/kube-controller-manager" \
   --cluster-signing-cert-file="${PKI_DIR}/ca.crt" \
   --cluster-signing-key-file="${PKI_DIR}/ca.key" \
   --cluster-name="${CLUSTER_NAME}" \
+  --kube-api-qps=200 \
+  --kube-api-burst=400 \
   --profiling=false \
   --v=1
 start_process kube-scheduler "${K8S_BIN}/kube-scheduler" \
@@ -363,6 +372,8 @@ start_process kube-scheduler "${K8S_BIN}/kube-scheduler" \
   --bind-address=127.0.0.1 \
   --secure-port="${SCHEDULER_PORT}" \
   --leader-elect=false \
+  --kube-api-qps=200 \
+  --kube-api-burst=400 \
   --profiling=false \
   --v=1
 # /healthz is served without credentials (always-allowed path); the certificates are

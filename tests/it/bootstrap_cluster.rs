@@ -876,8 +876,14 @@ async fn twenty_first_applies_on_a_cluster_without_the_crds_all_succeed() {
     s.apply();
     let mut succeeded = 0;
     for round in 1..=20 {
+        let started = std::time::Instant::now();
         testenv::delete_karpenter_crds(&client).await;
+        let deleted = started.elapsed();
         let run = s.jointer(&["apply", "--yes"]);
+        eprintln!(
+            "round {round}: CRDs deleted in {deleted:.1?}, apply took {:.1?}",
+            started.elapsed() - deleted
+        );
         assert_eq!(run.code, 0, "first apply of round {round} failed: {run:#?}");
         succeeded += 1;
     }

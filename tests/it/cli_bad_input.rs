@@ -751,3 +751,246 @@ fn user_data_or_kubelet_settings_the_ami_family_cannot_take_are_located() {
             .refused(&[location, "EC2NodeClass/default", message]);
     }
 }
+
+/// One mistake per line of `jointer.yaml`: `render` exits 1, prints nothing on stdout, and a
+/// diagnostic names the file, line and field and says what would be valid.
+#[test]
+fn config_mistakes_are_each_located_with_what_would_be_valid() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "identity: iam",
+            &[":2:", "identity", "`pod-identity` or `irsa`"],
+        ),
+        (
+            "controller: { install: docker }",
+            &[":2:", "controller.install", "`bundled`, `helm`, `none`"],
+        ),
+        (
+            "controller: { replicas: 0 }",
+            &[":2:", "controller.replicas", "use 1 to 10"],
+        ),
+        (
+            "controller: { replicas: 11 }",
+            &[":2:", "controller.replicas", "use 1 to 10"],
+        ),
+        (
+            "controller: { replicas: two }",
+            &[":2:", "controller.replicas", "expected u32"],
+        ),
+        (
+            "controller: { replicas: 1.5 }",
+            &[":2:", "controller.replicas", "expected u32"],
+        ),
+        (
+            "controller: { namespace: Kube_System }",
+            &[":2:", "controller.namespace", "lower-case letters"],
+        ),
+        (
+            "controller: { serviceAccount: \"\" }",
+            &[":2:", "controller.serviceAccount", "lower-case letters"],
+        ),
+        (
+            "controller: { image: { keepImages: 0 } }",
+            &[":2:", "controller.image.keepImages", "keep 1 to 1000"],
+        ),
+        (
+            "controller: { image: { keepImages: 1001 } }",
+            &[":2:", "controller.image.keepImages", "keep 1 to 1000"],
+        ),
+        (
+            "controller: { image: { ecrRepository: UPPER/Case } }",
+            &[":2:", "controller.image.ecrRepository", "lower-case"],
+        ),
+        (
+            "controller: { image: { tag: v1 } }",
+            &[
+                ":2:",
+                "controller.image.tag",
+                "add the published image's repository",
+            ],
+        ),
+        (
+            "controller: { image: { repository: ghcr.io/me/c, ecrRepository: jc/demo } }",
+            &[":2:", "controller.image", "give one of them"],
+        ),
+        (
+            "controller: { install: helm, helm: { chart: \"\" } }",
+            &[":2:", "controller.helm.chart", "OCI reference"],
+        ),
+        (
+            "controller: { settings: { NOT_A_SETTING: x } }",
+            &[":2:", "controller.settings", "known: BATCH_IDLE_DURATION"],
+        ),
+        (
+            "controller: { settings: { MIN_VALUES_POLICY: Sometimes } }",
+            &[
+                ":2:",
+                "MIN_VALUES_POLICY",
+                "is not one of Strict, BestEffort",
+            ],
+        ),
+        (
+            "controller: { settings: { BATCH_IDLE_DURATION: soon } }",
+            &[":2:", "BATCH_IDLE_DURATION", "\"soon\" is not valid"],
+        ),
+        (
+            "controller: { settings: { CLUSTER_NAME: other } }",
+            &[":2:", "CLUSTER_NAME", "set by jointer"],
+        ),
+        (
+            "interruption: maybe",
+            &[":2:", "interruption", "true, false, or a mapping"],
+        ),
+        (
+            "interruption: { enabled: true, queueName: \"bad name!\" }",
+            &[":2:", "interruption.queueName", "1-80 letters"],
+        ),
+        (
+            "interruption: { kmsKeyId: \"\" }",
+            &[":2:", "interruption.kmsKeyId", "key ID, ARN or alias"],
+        ),
+        (
+            "interruption: { kmsKeyId: alias/aws/sqs }",
+            &[":2:", "interruption.kmsKeyId", "EventBridge cannot use"],
+        ),
+        (
+            "discovery: { subnets: [vpc-123] }",
+            &[":2:", "discovery.subnets", "starting with subnet-"],
+        ),
+        (
+            "discovery: { subnets: [] }",
+            &[":2:", "discovery.subnets", "use `auto` or list IDs"],
+        ),
+        (
+            "discovery: { securityGroups: [subnet-1] }",
+            &[":2:", "discovery.securityGroups", "starting with sg-"],
+        ),
+        (
+            "discovery: { subnets: manual }",
+            &[":2:", "discovery.subnets", "`auto` or a list of IDs"],
+        ),
+        (
+            "discovery: { tagKey: \"\" }",
+            &[":2:", "discovery.tagKey", "1-128 letters"],
+        ),
+        (
+            "discovery: { tagKey: \"aws:reserved\" }",
+            &[":2:", "discovery.tagKey", "AWS reserves"],
+        ),
+        (
+            "nodeRole: { name: \"role with spaces\" }",
+            &[":2:", "nodeRole.name", "1-64 letters"],
+        ),
+        (
+            "nodeRole: { access: configmap }",
+            &[
+                ":2:",
+                "nodeRole.access",
+                "`auto`, `access-entry`, `aws-auth`",
+            ],
+        ),
+        (
+            "templates: { builtin: fancy }",
+            &[":2:", "templates.builtin", "`default` or `split`"],
+        ),
+        (
+            "templates: { values: [1, 2] }",
+            &[":2:", "templates.values", "expected a map"],
+        ),
+        (
+            "templates: { builtin: split, dir: nodes }",
+            &[":2:", "templates", "not both"],
+        ),
+        (
+            "identity: irsa\nidentity: pod-identity",
+            &["jointer.yaml", "duplicate entry with key \"identity\""],
+        ),
+        (
+            "controler: { replicas: 2 }",
+            &[":2:", "controler", "controller"],
+        ),
+    ];
+    for (line, needles) in cases {
+        let ws = Workspace::new();
+        ws.write("jointer.yaml", &format!("{CONFIG}{line}\n"));
+        let mut expected = vec!["jointer.yaml"];
+        expected.extend_from_slice(needles);
+        ws.jointer(&["render"]).refused(&expected);
+    }
+    let cluster_cases: &[(&str, &[&str])] = &[
+        (
+            "cluster: { name: demo, region: useast1 }",
+            &[":1:", "cluster.region", "e.g. us-east-1"],
+        ),
+        (
+            "cluster: { name: -demo, region: us-east-1 }",
+            &[":1:", "cluster.name", "starting with a letter or digit"],
+        ),
+        (
+            "cluster: { name: null, region: us-east-1 }",
+            &[":1:", "cluster.name", "expected a string"],
+        ),
+        (
+            "cluster: { region: us-east-1 }",
+            &["jointer.yaml", "cluster", "name"],
+        ),
+        ("cluster: []", &[":1:", "cluster", "invalid type: sequence"]),
+        ("- cluster", &["jointer.yaml", "a mapping with `cluster:`"]),
+        ("cluster:\n\tname: demo", &[":2:", "invalid YAML"]),
+    ];
+    for (text, needles) in cluster_cases {
+        let ws = Workspace::new();
+        ws.write("jointer.yaml", &format!("{text}\n"));
+        ws.jointer(&["render"]).refused(needles);
+    }
+}
+
+/// One mistake per node template, located in the rendered template with the object and field,
+/// for what the API server's schema or CEL rules would refuse at apply.
+#[test]
+fn node_template_mistakes_are_each_located_before_any_apply() {
+    let pool = |spec: &str, template_spec: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{ name: default }}\nspec:\n{spec}  template:\n    spec:\n{template_spec}      requirements: [ {{ key: kubernetes.io/arch, operator: In, values: [amd64] }} ]\n      nodeClassRef: {{ group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }}\n"
+        )
+    };
+    let pool_cases: &[(String, &[&str])] = &[
+        (pool("  weight: 101\n", ""), &["pool.yaml (rendered):5:", "spec.weight", "between 1 and 100"]),
+        (pool("  limits: { cpu: abc }\n", ""), &["pool.yaml (rendered):5:", "spec.limits.cpu", "e.g. 500m"]),
+        (pool("  disruption: { consolidateAfter: soon }\n", ""), &["pool.yaml (rendered):5:", "consolidateAfter", "e.g. 30s"]),
+        (pool("  disruption: { consolidationPolicy: Always }\n", ""), &["pool.yaml (rendered):5:", "consolidationPolicy", "`WhenEmptyOrUnderutilized`"]),
+        (pool("  disruption: { budgets: [ { nodes: \"150%\" } ] }\n", ""), &["pool.yaml (rendered):5:", "budgets[0].nodes", "from 0% to 100%"]),
+        (pool("  disruption: { budgets: [ { nodes: \"1\", schedule: every day, duration: 1h } ] }\n", ""), &["pool.yaml (rendered):5:", "budgets[0].schedule", "cron expression"]),
+        (pool("  replicas: -1\n", ""), &["pool.yaml (rendered):5:", "spec.replicas", "may not be negative"]),
+        (pool("", "      expireAfter: -1h\n"), &["pool.yaml (rendered):7:", "expireAfter", "e.g. 30s"]),
+        (pool("", "      terminationGracePeriod: forever\n"), &["pool.yaml (rendered):7:", "terminationGracePeriod", "e.g. 30s"]),
+        (pool("", "      taints: [ { key: a, effect: Sometimes } ]\n"), &["pool.yaml (rendered):7:", "taints[0].effect", "`NoSchedule`"]),
+        (pool("", "      taints: [ { key: \"\", effect: NoSchedule } ]\n"), &["pool.yaml (rendered):7:", "taints[0].key", "at least 1 characters"]),
+        (pool("", "      startupTaints: [ { key: \"bad key\", effect: NoSchedule } ]\n"), &["pool.yaml (rendered):7:", "startupTaints[0].key", "should match"]),
+    ];
+    for (text, needles) in pool_cases {
+        let ws = Workspace::new();
+        with_templates(&ws, &[("class.yaml", CLASS), ("pool.yaml", text)]);
+        ws.jointer(&["render"]).refused(needles);
+    }
+    let valid_pool = pool("", "");
+    let class_cases: &[(String, &[&str])] = &[
+        (CLASS.replace("[ { alias: al2023@latest } ]", "[]"), &["class.yaml (rendered):6:", "amiSelectorTerms", "between 1 and 30"]),
+        (CLASS.replace("al2023@latest", "ubuntu@latest"), &["class.yaml (rendered):6:", "alias", "al2023, bottlerocket"]),
+        (CLASS.replace("role: KarpenterNodeRole-demo", "role: \"\""), &["class.yaml (rendered):5:", "spec.role", "role cannot be empty"]),
+        (format!("{CLASS}  metadataOptions: {{ httpTokens: maybe }}\n"), &["class.yaml (rendered):9:", "httpTokens", "supported values: \"required\", \"optional\""]),
+        (format!("{CLASS}  metadataOptions: {{ httpPutResponseHopLimit: 100 }}\n"), &["class.yaml (rendered):9:", "httpPutResponseHopLimit", "between 1 and 64"]),
+        (format!("{CLASS}  blockDeviceMappings: [ {{ deviceName: /dev/xvda, ebs: {{ volumeSize: 0Gi }} }} ]\n"), &["class.yaml (rendered):9:", "volumeSize", "should match"]),
+        (format!("{CLASS}  blockDeviceMappings: [ {{ deviceName: /dev/xvda, ebs: {{ volumeType: gp9 }} }} ]\n"), &["class.yaml (rendered):9:", "volumeType", "`gp3`"]),
+        (format!("{CLASS}  kubelet: {{ maxPods: -1 }}\n"), &["class.yaml (rendered):9:", "kubelet.maxPods", "may not be negative"]),
+        (format!("{CLASS}  kubelet: {{ evictionHard: {{ memory.available: 5 }} }}\n"), &["class.yaml (rendered):9:", "evictionHard", "expected a string"]),
+        (format!("{CLASS}  tags: {{ kubernetes.io/cluster/x: owned }}\n"), &["class.yaml (rendered):9:", "spec.tags", "reserved"]),
+        (format!("{CLASS}  associatePublicIPAddress: maybe\n"), &["class.yaml (rendered):9:", "associatePublicIPAddress", "expected a boolean"]),
+        (CLASS.replace("[ { tags: { karpenter.sh/discovery: demo } } ]\n  securityGroup", "[ { id: subnet-1, tags: { a: b } } ]\n  securityGroup"), &["class.yaml (rendered):7:", "subnetSelectorTerms[0]", "mutually exclusive"]),
+    ];
+    for (text, needles) in class_cases {
+        let ws = Workspace::new();
+        with_templates(&ws, &[("class.yaml", text), ("pool.yaml", &valid_pool)]);
+        ws.jointer(&["render"]).refused(needles);
+    }
+}

@@ -162,29 +162,33 @@ pub(crate) fn running(pods: &[Pod]) -> usize {
 }
 
 /// (type, zone, lifecycle) of each of the cluster's live instances in moto.
-async fn instances(s: &Setup) -> BTreeMap<String, (String, String, String)> {
-    let out = s
-        .ec2
-        .describe_instances()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name(format!("tag:kubernetes.io/cluster/{}", s.cluster))
-                .values("owned")
-                .build(),
-        )
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("instance-state-name")
-                .values("pending")
-                .values("running")
-                .build(),
-        )
-        .send()
-        .await
-        .expect("DescribeInstances");
+/// The cluster's instances (by its ownership tag) in any of `states` (every state if none).
+async fn cluster_instances(s: &Setup, states: &[&str]) -> Vec<aws_sdk_ec2::types::Instance> {
+    let mut call = s.ec2.describe_instances().filters(
+        aws_sdk_ec2::types::Filter::builder()
+            .name(format!("tag:kubernetes.io/cluster/{}", s.cluster))
+            .values("owned")
+            .build(),
+    );
+    if !states.is_empty() {
+        let mut filter = aws_sdk_ec2::types::Filter::builder().name("instance-state-name");
+        for state in states {
+            filter = filter.values(*state);
+        }
+        call = call.filters(filter.build());
+    }
+    let out = call.send().await.expect("DescribeInstances");
     out.reservations()
         .iter()
         .flat_map(|r| r.instances())
+        .cloned()
+        .collect()
+}
+
+pub(crate) async fn instances(s: &Setup) -> BTreeMap<String, (String, String, String)> {
+    cluster_instances(s, &["pending", "running"])
+        .await
+        .iter()
         .map(|i| {
             (
                 i.instance_id().unwrap_or_default().to_string(),
@@ -206,7 +210,7 @@ async fn instances(s: &Setup) -> BTreeMap<String, (String, String, String)> {
 }
 
 /// The fixture's prices: type → (on-demand, zone → spot).
-fn fixture_prices() -> BTreeMap<String, (f64, BTreeMap<String, f64>)> {
+pub(crate) fn fixture_prices() -> BTreeMap<String, (f64, BTreeMap<String, f64>)> {
     let text = std::fs::read_to_string(testenv::repo_root().join("tests/env/gap/prices.json"))
         .expect("prices.json");
     let all: Value = serde_json::from_str(&text).expect("json");
@@ -240,6 +244,19 @@ fn requirement_values(claim: &DynamicObject, key: &str) -> Vec<String> {
         .flat_map(|r| r["values"].as_array().cloned().unwrap_or_default())
         .filter_map(|v| v.as_str().map(str::to_string))
         .collect()
+}
+
+/// Waits up to a minute for the world's EC2NodeClass to be Ready.
+pub(crate) async fn class_ready(admin: &kube::Client, cluster: &str) {
+    let classes = dynamic(admin, "karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses");
+    wait_for(
+        "the EC2NodeClass to be Ready",
+        Duration::from_secs(60),
+        || async {
+            condition(&classes.get_opt(cluster).await.ok().flatten()?, "Ready").then_some(())
+        },
+    )
+    .await;
 }
 
 pub(crate) fn condition(obj: &DynamicObject, kind: &str) -> bool {
@@ -314,15 +331,20 @@ impl<'a> Scene<'a> {
 
     /// Tears the world down with the controller running, then removes the namespace.
     pub(crate) async fn end(self) {
-        teardown(self._cleanup.0);
+        self.end_within(180).await;
+    }
+
+    /// [`Scene::end`] with teardown's `--timeout`.
+    pub(crate) async fn end_within(self, seconds: u64) {
+        teardown(self._cleanup.0, seconds);
         let _ = Api::<Namespace>::all(self.admin.clone())
             .delete(&self.ns, &DeleteParams::default())
             .await;
     }
 }
 
-fn teardown(s: &Setup) {
-    let run = s.jointer(&["teardown", "--yes", "--timeout", "180"]);
+fn teardown(s: &Setup, seconds: u64) {
+    let run = s.jointer(&["teardown", "--yes", "--timeout", &seconds.to_string()]);
     assert_eq!(run.code, 0, "teardown: {run:#?}");
 }
 
@@ -336,21 +358,7 @@ async fn the_seed_scale_up_launches_the_cheapest_nodes_and_kube_scheduler_places
     let kubeconfig = service_account_kubeconfig(&admin, &s.cluster).await;
     let scene = Scene::start_as(&s, &admin, 28180, Some(&kubeconfig)).await;
     let (controller, ns) = (&scene.controller, &scene.ns);
-    let classes = dynamic(
-        &admin,
-        "karpenter.k8s.aws",
-        "EC2NodeClass",
-        "ec2nodeclasses",
-    );
-    wait_for(
-        "the EC2NodeClass to be Ready",
-        Duration::from_secs(60),
-        || async {
-            let c = classes.get_opt(&s.cluster).await.ok().flatten()?;
-            condition(&c, "Ready").then_some(())
-        },
-    )
-    .await;
+    class_ready(&admin, &s.cluster).await;
 
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
     let started = Instant::now();
@@ -646,14 +654,7 @@ async fn limits_hold_and_a_missing_discovery_tag_is_loud_until_apply_restores_it
         "EC2NodeClass",
         "ec2nodeclasses",
     );
-    wait_for(
-        "the EC2NodeClass to be Ready",
-        Duration::from_secs(60),
-        || async {
-            condition(&classes.get_opt(&s.cluster).await.ok().flatten()?, "Ready").then_some(())
-        },
-    )
-    .await;
+    class_ready(&admin, &s.cluster).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
     deployments
         .create(
@@ -876,6 +877,142 @@ async fn insufficient_capacity_moves_the_launch_to_the_next_cheapest_offering() 
     scene.end().await;
 }
 
+/// The EC2 instance id of a launched NodeClaim (the last part of its providerID).
+pub(crate) fn instance_id(claim: &DynamicObject) -> String {
+    claim.data["status"]["providerID"]
+        .as_str()
+        .and_then(|p| p.rsplit('/').next())
+        .expect("a launched NodeClaim's providerID")
+        .to_string()
+}
+
+/// Every instance of the cluster ever launched (terminated too), by the NodeClaim it is
+/// tagged for.
+pub(crate) async fn instances_by_claim(s: &Setup) -> BTreeMap<String, Vec<String>> {
+    let mut by_claim: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in cluster_instances(s, &[]).await {
+        let claim = i
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some("karpenter.sh/nodeclaim"))
+            .and_then(|t| t.value())
+            .unwrap_or("(none)");
+        by_claim
+            .entry(claim.to_string())
+            .or_default()
+            .push(i.instance_id().unwrap_or_default().to_string());
+    }
+    by_claim
+}
+
+/// AWS failing under the running controller: a burst of 5xx answers, a throttling storm and
+/// slow CreateFleet calls while it provisions, then no capacity for any offering. It works
+/// through the first three (retrying, never launching a NodeClaim twice) and reports the last
+/// precisely, on the NodeClaim, without launching anything.
+#[tokio::test]
+async fn aws_failing_under_the_controller_is_worked_through_or_reported_and_nothing_launches_twice()
+{
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("prov-awsfail", "templates: { dir: nodes }").await;
+    write_templates(&s, "");
+    s.apply();
+    let admin = testenv::kube().await;
+    let scene = Scene::start(&s, &admin, 28296).await;
+    let (controller, ns) = (&scene.controller, &scene.ns);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    testenv::clear_calls();
+    gap(
+        "POST",
+        "/_gap/faults",
+        Some(json!({
+            "server_error": [{"service": "ec2", "count": 12}],
+            "throttle": [{"service": "ec2", "count": 25}],
+            "latency": [{"ms": 1500, "service": "ec2", "operation": "CreateFleet"}],
+        })),
+    );
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", &s.cluster, 4, "3", json!({})),
+        )
+        .await
+        .expect("web");
+    wait_for(
+        "4 pods Running through the failures",
+        Duration::from_secs(240),
+        || async {
+            (running(&pods.list(&ListParams::default()).await.ok()?.items) == 4).then_some(())
+        },
+    )
+    .await;
+    gap("DELETE", "/_gap/faults", None);
+    let faults = |kind: &str| {
+        testenv::calls()
+            .iter()
+            .filter(|c| c["service"] == "ec2" && c["fault"] == kind)
+            .count()
+    };
+    let (errors, throttled) = (faults("server_error"), faults("throttle"));
+    eprintln!(
+        "AWS failing under the controller: 4 pods Running through {errors} 5xx answers and {throttled} throttled EC2 calls"
+    );
+    assert!(
+        errors > 0 && throttled > 0,
+        "the faults reached the controller"
+    );
+    let duplicates: Vec<_> = instances_by_claim(&s)
+        .await
+        .into_iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .collect();
+    assert!(
+        duplicates.is_empty(),
+        "NodeClaims launched twice: {duplicates:?}"
+    );
+    assert!(
+        controller
+            .metrics()
+            .contains("jointer_controller_cloudprovider_errors_total"),
+        "the failed calls are counted"
+    );
+
+    // No capacity anywhere: the NodeClaim says so and nothing launches.
+    let before = instances(&s).await.len();
+    gap("POST", "/_gap/faults", Some(json!({"ice": [{}]})));
+    // More than the node(s) launched have room for.
+    scale(&deployments, "web", 12).await;
+    let message = wait_for(
+        "the NodeClaim to report no capacity",
+        Duration::from_secs(120),
+        || async {
+            let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(admin.clone());
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.kind.as_deref() == Some("NodeClaim"))
+                .find(|e| e.reason.as_deref() == Some("InsufficientCapacity"))?
+                .message
+        },
+    )
+    .await;
+    assert!(message.contains("no capacity"), "{message}");
+    assert_eq!(
+        instances(&s).await.len(),
+        before,
+        "nothing launched without capacity"
+    );
+    gap("DELETE", "/_gap/faults", None);
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    scene.end().await;
+}
+
 #[tokio::test]
 async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collected() {
     let _turn = testenv::TURN.lock().await;
@@ -1014,7 +1151,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         .delete("web", &DeleteParams::default())
         .await
         .expect("delete");
-    teardown(&s);
+    teardown(&s, 180);
     drop(second);
     let _ = Api::<Namespace>::all(admin)
         .delete(&ns, &DeleteParams::default())
@@ -1056,7 +1193,7 @@ async fn hourly(s: &Setup) -> f64 {
         .sum()
 }
 
-async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+pub(crate) async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
     deployments
         .patch(
             name,
@@ -1351,6 +1488,23 @@ async fn a_zero_budget_blocks_consolidation_and_a_short_expire_after_replaces_th
     scene.end().await;
 }
 
+/// An EC2 event on the default bus, as AWS puts it there: the interruption rules `jointer
+/// apply` made deliver it to the queue.
+pub(crate) async fn put_ec2_event(s: &Setup, detail_type: &str, detail: String) {
+    s.events
+        .put_events()
+        .entries(
+            aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                .source("aws.ec2")
+                .detail_type(detail_type)
+                .detail(detail)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("PutEvents");
+}
+
 #[tokio::test]
 async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_deleted() {
     let _turn = testenv::TURN.lock().await;
@@ -1375,33 +1529,9 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
         .expect("batch");
     all_running(&pods, "app=batch", 1).await;
     let claim = world_claims(&admin, &s.cluster).await.remove(0);
-    let old_instance = claim.data["status"]["providerID"]
-        .as_str()
-        .expect("providerID")
-        .rsplit('/')
-        .next()
-        .expect("id")
-        .to_string();
+    let old_instance = instance_id(&claim);
 
-    let config = testenv::aws().await;
-    let events = aws_sdk_eventbridge::Client::new(&config);
-    let send = |detail_type: &'static str, detail: String| {
-        let events = events.clone();
-        async move {
-            events
-                .put_events()
-                .entries(
-                    aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                        .source("aws.ec2")
-                        .detail_type(detail_type)
-                        .detail(detail)
-                        .build(),
-                )
-                .send()
-                .await
-                .expect("PutEvents")
-        }
-    };
+    let send = |detail_type: &'static str, detail: String| put_ec2_event(&s, detail_type, detail);
     let warned = Instant::now();
     send(
         "EC2 Spot Instance Interruption Warning",
@@ -1454,8 +1584,9 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
         let handled = m
             .contains("jointer_controller_interruption_messages_total{reason=\"malformed\"}")
             && m.contains(
-                "jointer_controller_interruption_messages_total{reason=\"spot_interruption\"} 2",
-            );
+                "jointer_controller_interruption_messages_total{reason=\"spot_interruption\"} 1",
+            )
+            && m.contains("jointer_controller_interruption_messages_total{reason=\"not_ours\"} 1");
         let attrs = s
             .sqs
             .get_queue_attributes()
@@ -1475,19 +1606,13 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
     })
     .await;
     assert!(
-        controller.logs().contains("not ours"),
+        controller.logs().contains("not this cluster's"),
         "the unknown instance was logged"
     );
 
     // A state change to terminated for the new node's instance: its NodeClaim goes.
     let current = world_claims(&admin, &s.cluster).await.remove(0);
-    let id = current.data["status"]["providerID"]
-        .as_str()
-        .expect("providerID")
-        .rsplit('/')
-        .next()
-        .expect("id")
-        .to_string();
+    let id = instance_id(&current);
     send(
         "EC2 Instance State-change Notification",
         json!({"instance-id": id, "state": "terminated"}).to_string(),
@@ -1501,6 +1626,57 @@ async fn a_spot_interruption_warning_replaces_the_node_and_every_message_is_dele
                 .await
                 .iter()
                 .any(|c| c.metadata.name == current.metadata.name))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // The queue deleted under the running controller: it says so, looks the queue up again
+    // until `jointer apply` makes it anew, and handles the next warning through it.
+    s.sqs
+        .delete_queue()
+        .queue_url(&queue_url)
+        .send()
+        .await
+        .expect("delete the queue");
+    wait_for(
+        "the controller to say the queue is gone",
+        Duration::from_secs(60),
+        || async {
+            let logs = controller.logs();
+            (logs.contains("the interruption queue is gone")
+                && logs.contains("cannot find the interruption queue"))
+            .then_some(())
+        },
+    )
+    .await;
+    s.apply();
+    let launched = wait_for(
+        "the batch pod's new node launched",
+        Duration::from_secs(120),
+        || async {
+            let claims = world_claims(&admin, &s.cluster).await;
+            let claim = claims.into_iter().find(|c| {
+                c.metadata.deletion_timestamp.is_none()
+                    && c.data["status"]["providerID"].is_string()
+            })?;
+            Some(claim)
+        },
+    )
+    .await;
+    let id = instance_id(&launched);
+    send(
+        "EC2 Spot Instance Interruption Warning",
+        json!({"instance-id": id, "instance-action": "terminate"}).to_string(),
+    )
+    .await;
+    wait_for(
+        "the warning handled through the new queue",
+        Duration::from_secs(90),
+        || async {
+            (!world_claims(&admin, &s.cluster).await.iter().any(|c| {
+                c.metadata.name == launched.metadata.name && c.metadata.deletion_timestamp.is_none()
+            }))
             .then_some(())
         },
     )
@@ -1560,13 +1736,7 @@ async fn a_changed_ec2nodeclass_drifts_its_nodes_and_they_are_replaced() {
         },
     )
     .await;
-    let id = replaced.data["status"]["providerID"]
-        .as_str()
-        .expect("providerID")
-        .rsplit('/')
-        .next()
-        .expect("id")
-        .to_string();
+    let id = instance_id(&replaced);
     assert_eq!(
         s.tags_of(&id).await.get("cost-center").map(String::as_str),
         Some("blue")

@@ -8,9 +8,13 @@ use std::time::Duration;
 use super::testenv;
 
 pub struct Controller {
-    child: Child,
+    /// None once killed (its PID may then belong to another process).
+    child: Option<Child>,
     pub log: PathBuf,
     pub metrics_port: u16,
+    cluster: String,
+    identity: String,
+    kubeconfig: Option<PathBuf>,
 }
 
 /// The binary `cargo test --workspace` builds next to this crate's.
@@ -38,16 +42,34 @@ impl Controller {
     ) -> Controller {
         testenv::require();
         let log = std::env::temp_dir().join(format!("{cluster}-{identity}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
+        std::fs::File::create(&log).expect("log file");
+        let mut controller = Controller {
+            child: None,
+            log,
+            metrics_port: port_base,
+            cluster: cluster.to_string(),
+            identity: identity.to_string(),
+            kubeconfig: kubeconfig.map(Path::to_path_buf),
+        };
+        controller.spawn();
+        controller
+    }
+
+    /// Starts the process (again), its output appended to the log.
+    fn spawn(&mut self) {
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
         let mut cmd = Command::new(binary());
         cmd.arg("run")
-            .env("CLUSTER_NAME", cluster)
+            .env("CLUSTER_NAME", &self.cluster)
             .env("AWS_REGION", "us-east-1")
-            .env("INTERRUPTION_QUEUE", cluster)
+            .env("INTERRUPTION_QUEUE", &self.cluster)
             .env("LEADER_ELECTION_NAMESPACE", "kube-system")
-            .env("POD_NAME", identity)
-            .env("METRICS_PORT", port_base.to_string())
-            .env("HEALTH_PORT", (port_base + 1).to_string())
+            .env("POD_NAME", &self.identity)
+            .env("METRICS_PORT", self.metrics_port.to_string())
+            .env("HEALTH_PORT", (self.metrics_port + 1).to_string())
             .env("NODECLASS_RESYNC", "2s")
             .env("GC_GRACE", "5s")
             .env("LOG_LEVEL", "info")
@@ -56,26 +78,58 @@ impl Controller {
             .env("DISRUPTION_SETTLE", "5s")
             .stdout(Stdio::from(file.try_clone().expect("log")))
             .stderr(Stdio::from(file));
-        if let Some(k) = kubeconfig {
+        if let Some(k) = &self.kubeconfig {
             cmd.env("KUBECONFIG", k);
         }
-        Controller {
-            child: cmd.spawn().expect("start jointer-controller"),
-            log,
-            metrics_port: port_base,
+        self.child = Some(cmd.spawn().expect("start jointer-controller"));
+    }
+
+    /// SIGKILL, as a crash; [`Controller::restart`] starts it again with the same identity
+    /// (a container restarted in its pod), which takes its own Lease back at once.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
     }
 
     /// Resident set size in KiB (Linux /proc).
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        self.status_kib("VmRSS:")
+    }
+
+    /// The highest resident set size so far, in KiB.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> Option<u64> {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.as_ref()?.id())).ok()?;
         status
             .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
+            .find(|l| l.starts_with(field))?
             .split_whitespace()
             .nth(1)?
             .parse()
             .ok()
+    }
+
+    /// CPU seconds used so far, user and system (/proc/PID/stat fields 14 and 15, in clock
+    /// ticks of 1/100 s, the Linux default).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.as_ref()?.id())).ok()?;
+        // The command name is in parentheses and may hold spaces: count fields after it.
+        let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+        let user: u64 = fields.nth(11)?.parse().ok()?;
+        let system: u64 = fields.next()?.parse().ok()?;
+        Some((user + system) as f64 / 100.0)
     }
 
     pub fn logs(&self) -> String {
@@ -117,9 +171,7 @@ impl Controller {
 
     /// SIGKILL: no Lease release, no cleanup (a crash).
     pub fn crash(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        std::mem::forget(self);
+        self.kill();
     }
 }
 
@@ -127,16 +179,17 @@ impl Drop for Controller {
     /// SIGTERM first, so the replica gives up its Lease and the next test's replica need not
     /// wait for it to expire.
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill").arg(child.id().to_string()).status();
         for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
+            if matches!(child.try_wait(), Ok(Some(_))) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod controller;
+pub mod harness;
 pub mod testenv;
 pub mod world;
 

@@ -283,40 +283,83 @@ pub async fn delete_karpenter_crds(client: &kube::Client) {
             .await;
     }
     let unblock = serde_json::json!({"metadata": {"finalizers": null}});
-    wait_for(
-        "Karpenter's CRDs to be gone",
-        Duration::from_secs(120),
-        || async {
-            let mut left = 0;
-            for (group, kind, plural) in KINDS {
-                if crds
-                    .get_opt(&format!("{plural}.{group}"))
-                    .await
-                    .ok()?
-                    .is_none()
-                {
+    // What still holds each CRD, so a timeout says why (the API server's CRD finalizer reports
+    // its progress in the Terminating condition).
+    let mut left: Vec<String> = Vec::new();
+    let started = tokio::time::Instant::now();
+    let mut nudges = 0;
+    loop {
+        // The API server's CRD finalizer retries a failed pass with exponential backoff; an
+        // update of the CRD requeues it at once, so a long wait is nudged every 15 s.
+        let nudge = started.elapsed() > Duration::from_secs(15 * (nudges + 1));
+        if nudge {
+            nudges += 1;
+        }
+        left.clear();
+        for (group, kind, plural) in KINDS {
+            let crd = match crds.get_opt(&format!("{plural}.{group}")).await {
+                Ok(None) => continue,
+                Ok(Some(crd)) => crd,
+                Err(e) => {
+                    left.push(format!("{plural}.{group}: not readable: {e}"));
                     continue;
                 }
-                left += 1;
-                let resource = ApiResource::from_gvk_with_plural(
-                    &kube::core::GroupVersionKind::gvk(group, "v1", kind),
-                    plural,
-                );
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-                for o in api
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                {
-                    let name = o.metadata.name.clone().unwrap_or_default();
-                    let _ = api
-                        .patch(&name, &PatchParams::default(), &Patch::Merge(&unblock))
-                        .await;
-                }
+            };
+            let terminating = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Terminating")
+                .map(|c| {
+                    format!(
+                        "{}: {}",
+                        c.reason.unwrap_or_default(),
+                        c.message.unwrap_or_default()
+                    )
+                })
+                .unwrap_or_else(|| "no Terminating condition yet".into());
+            if nudge {
+                let poke = serde_json::json!({"metadata": {"annotations": {"jointer.test/nudge": nudges.to_string()}}});
+                let _ = crds
+                    .patch(
+                        &format!("{plural}.{group}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&poke),
+                    )
+                    .await;
             }
-            (left == 0).then_some(())
-        },
-    )
-    .await;
+            let resource = ApiResource::from_gvk_with_plural(
+                &kube::core::GroupVersionKind::gvk(group, "v1", kind),
+                plural,
+            );
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let objects = api
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let mut names = Vec::new();
+            for o in objects {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                names.push(format!(
+                    "{name} {:?}",
+                    o.metadata.finalizers.unwrap_or_default()
+                ));
+                let _ = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&unblock))
+                    .await;
+            }
+            left.push(format!(
+                "{plural}.{group} ({terminating}); objects: {names:?}"
+            ));
+        }
+        if left.is_empty() {
+            return;
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            panic!("timed out after 180s waiting for Karpenter's CRDs to be gone: {left:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

@@ -68,9 +68,11 @@ pub struct EC2NodeClassSpec {
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// IAM role for the nodes; Karpenter creates and manages an instance profile for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self != ''").message("role cannot be empty"))]
     pub role: Option<String>,
     /// An existing instance profile to use instead of `role`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self != ''").message("instanceProfile cannot be empty"))]
     pub instance_profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,

@@ -17,6 +17,7 @@ pub mod nodepool;
 pub mod quantity;
 pub mod requirements;
 pub mod schema;
+pub mod structural;
 pub mod taint;
 pub mod validation;
 

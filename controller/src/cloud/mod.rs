@@ -210,5 +210,6 @@ pub struct QueueMessage {
 pub trait InterruptionQueue: Send + Sync {
     /// The next messages, waiting up to a long-poll period for some.
     async fn receive(&self) -> Result<Vec<QueueMessage>, CloudError>;
-    async fn acknowledge(&self, receipt: &str) -> Result<(), CloudError>;
+    /// Deletes handled messages (a batch of up to ten, as received).
+    async fn acknowledge(&self, receipts: &[String]) -> Result<(), CloudError>;
 }

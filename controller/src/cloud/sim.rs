@@ -237,7 +237,7 @@ impl CloudProvider for SimCloud {
             });
         }
         state.next_id += 1;
-        let id = format!("i-sim{:012}", state.next_id);
+        let id = format!("i-{:017x}", state.next_id);
         let status = class.status.clone().unwrap_or_default();
         let launched = Launched {
             provider_id: format!("sim:///{}/{id}", offering.zone),
@@ -373,15 +373,31 @@ impl CloudProvider for SimCloud {
     }
 }
 
-/// An in-process interruption queue: what a test sends is received once, and stays pending
-/// until it is acknowledged.
-#[derive(Default)]
+/// An in-process interruption queue: what a test sends is received, and stays pending until it
+/// is acknowledged; as on SQS, a message received and not acknowledged within the visibility
+/// timeout (30 s unless set) is received again.
 pub struct SimQueue {
-    messages: Mutex<Vec<(QueueMessage, bool)>>,
+    /// Each message, and until when it is invisible (received, not yet acknowledged).
+    messages: Mutex<Vec<(QueueMessage, Option<std::time::Instant>)>>,
     next: std::sync::atomic::AtomicU64,
+    visibility_timeout: std::time::Duration,
+}
+
+impl Default for SimQueue {
+    fn default() -> SimQueue {
+        SimQueue::with_visibility_timeout(std::time::Duration::from_secs(30))
+    }
 }
 
 impl SimQueue {
+    pub fn with_visibility_timeout(visibility_timeout: std::time::Duration) -> SimQueue {
+        SimQueue {
+            messages: Mutex::default(),
+            next: std::sync::atomic::AtomicU64::new(0),
+            visibility_timeout,
+        }
+    }
+
     /// Puts an EventBridge event on the queue.
     pub fn send(&self, body: &str) {
         let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -389,7 +405,7 @@ impl SimQueue {
             body: body.to_string(),
             receipt: format!("receipt-{n}"),
         };
-        self.lock().push((message, false));
+        self.lock().push((message, None));
     }
 
     /// Messages sent and not yet acknowledged.
@@ -397,7 +413,7 @@ impl SimQueue {
         self.lock().len()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<(QueueMessage, bool)>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<(QueueMessage, Option<std::time::Instant>)>> {
         self.messages.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -405,14 +421,15 @@ impl SimQueue {
 #[async_trait::async_trait]
 impl InterruptionQueue for SimQueue {
     async fn receive(&self) -> Result<Vec<QueueMessage>, CloudError> {
+        let now = std::time::Instant::now();
         let batch: Vec<QueueMessage> = {
             let mut messages = self.lock();
             messages
                 .iter_mut()
-                .filter(|(_, in_flight)| !*in_flight)
+                .filter(|(_, invisible_until)| invisible_until.is_none_or(|t| t <= now))
                 .take(10)
-                .map(|(m, in_flight)| {
-                    *in_flight = true;
+                .map(|(m, invisible_until)| {
+                    *invisible_until = Some(now + self.visibility_timeout);
                     m.clone()
                 })
                 .collect()
@@ -424,8 +441,8 @@ impl InterruptionQueue for SimQueue {
         Ok(batch)
     }
 
-    async fn acknowledge(&self, receipt: &str) -> Result<(), CloudError> {
-        self.lock().retain(|(m, _)| m.receipt != receipt);
+    async fn acknowledge(&self, receipts: &[String]) -> Result<(), CloudError> {
+        self.lock().retain(|(m, _)| !receipts.contains(&m.receipt));
         Ok(())
     }
 }

@@ -17,6 +17,7 @@ use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::labels::TERMINATION_TIMESTAMP;
 use crate::api::nodeclaim::NodeClaim;
 use crate::core::disruption::{decide, Command, Inputs};
+use crate::core::drain::stale_disrupted;
 use crate::core::nodeclaim::from_plan;
 use crate::core::state::types_of_pools;
 use crate::metrics::ReasonLabels;
@@ -29,6 +30,7 @@ pub async fn run(ctx: Arc<Context>) {
     ctx.stores.ready().await;
     loop {
         tokio::time::sleep(ctx.settings.disruption_poll).await;
+        release_stale_taints(&ctx).await;
         let Some(command) = decide_now(&ctx).await else {
             continue;
         };
@@ -47,6 +49,27 @@ pub async fn run(ctx: Arc<Context>) {
     }
 }
 
+/// Untaints nodes a command tainted before the controller crashed (no command is in flight
+/// here, and a leader that just took over inherits its predecessor's taints).
+async fn release_stale_taints(ctx: &Context) {
+    let claims = ctx.stores.nodeclaims.state();
+    let nodes = ctx.stores.nodes.state();
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    for node in stale_disrupted(
+        claims.iter().map(|c| c.as_ref()),
+        nodes.iter().map(|n| n.as_ref()),
+    ) {
+        match taints::remove_disrupted(&api, node).await {
+            Ok(()) => {
+                tracing::info!(node = %node.name_any(), "untainted a node left disrupted by an unfinished command")
+            }
+            Err(e) => {
+                tracing::warn!(node = %node.name_any(), error = %e, "could not untaint a node left disrupted")
+            }
+        }
+    }
+}
+
 async fn decide_now(ctx: &Context) -> Option<Command> {
     let snapshot = ctx.stores.snapshot();
     let types_of_class = match ctx.cloud.instance_types(&snapshot.nodeclasses).await {
@@ -57,6 +80,7 @@ async fn decide_now(ctx: &Context) -> Option<Command> {
         }
     };
     let (types_of_pool, _) = types_of_pools(&snapshot, &types_of_class);
+    let started = Instant::now();
     let decision = decide(&Inputs {
         snapshot: &snapshot,
         types_of_class: &types_of_class,
@@ -67,6 +91,9 @@ async fn decide_now(ctx: &Context) -> Option<Command> {
         policies: ctx.settings.policies(),
         timeouts: ctx.settings.consolidation_timeouts(),
     });
+    ctx.metrics
+        .disruption_decision
+        .observe(started.elapsed().as_secs_f64());
     for (claim, why) in &decision.kept {
         tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
     }
@@ -192,10 +219,17 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
             anyhow::bail!("replacement {names} did not become ready");
         }
     }
+    // Named in the Event, so whoever reads it (and the crash test) can tell the replacement
+    // was up before the node went.
+    let replaced = if replacements.is_empty() {
+        String::new()
+    } else {
+        format!("; replaced by {}", replacements.join(", "))
+    };
     for c in &claims {
         let note = match &command.why {
-            Some(why) => format!("{method}: {why}"),
-            None => format!("{method}: saves ${:.4}/h", command.saving),
+            Some(why) => format!("{method}: {why}{replaced}"),
+            None => format!("{method}: saves ${:.4}/h{replaced}", command.saving),
         };
         event(ctx, c, EventType::Normal, "Disrupting", note).await;
         if let Some(bound) = command.drain_bound {

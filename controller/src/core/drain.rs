@@ -33,6 +33,32 @@ pub fn with_disrupted_taint(node: &Node) -> Option<Vec<Taint>> {
     Some(taints)
 }
 
+/// Nodes that carry `karpenter.sh/disrupted` although their NodeClaim is not being deleted.
+/// Only a command under way or a drain holds that taint; a crash between a command's taint and
+/// its deletion leaves it behind, and the node would take no new pods for good. Called when no
+/// command is in flight, so every one found is stale (upstream untaints the same way before
+/// each disruption pass).
+pub fn stale_disrupted<'a>(
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> Vec<&'a Node> {
+    let serving: std::collections::HashSet<&str> = claims
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| c.status.as_ref()?.node_name.as_deref())
+        .collect();
+    nodes
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| serving.contains(n))
+        })
+        .filter(|n| without_disrupted_taint(n).is_some())
+        .collect()
+}
+
 /// Kubernetes' default when a pod does not set `terminationGracePeriodSeconds`.
 const DEFAULT_POD_GRACE: i64 = 30;
 
@@ -189,6 +215,48 @@ mod tests {
             deadline(&claim(Some("5m"), repair)),
             t("2026-11-30T12:05:00Z")
         );
+    }
+
+    #[test]
+    fn a_disrupted_taint_is_stale_only_on_the_node_of_a_nodeclaim_not_being_deleted() {
+        let claim = |name: &str, node: &str, deleting: bool| -> NodeClaim {
+            let mut c = serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name},
+                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "k"}},
+                "status": {"nodeName": node}});
+            if deleting {
+                c["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-30T12:00:00Z");
+            }
+            serde_json::from_value(c).expect("claim")
+        };
+        let node = |name: &str, tainted: bool| -> Node {
+            let mut n = Node::default();
+            n.metadata.name = Some(name.into());
+            if tainted {
+                n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+                    taints: with_disrupted_taint(&n),
+                    ..Default::default()
+                });
+            }
+            n
+        };
+        let claims = [
+            claim("serving", "n1", false),
+            claim("going", "n2", true),
+            claim("clean", "n3", false),
+        ];
+        // n4 is no NodeClaim's: not ours to untaint.
+        let nodes = [
+            node("n1", true),
+            node("n2", true),
+            node("n3", false),
+            node("n4", true),
+        ];
+        let stale: Vec<_> = stale_disrupted(&claims, &nodes)
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        assert_eq!(stale, ["n1"]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! been renewed for its duration. Writes carry the resourceVersion they read, so two replicas
 //! racing for an expired Lease cannot both win.
 
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -13,6 +14,62 @@ use kube::api::{Api, ObjectMeta, PostParams};
 pub const LEASE_NAME: &str = "jointer-controller-leader";
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const RETRY: Duration = Duration::from_secs(2);
+
+/// How leading ended.
+pub enum Led<T> {
+    /// The Lease was taken by another replica or could not be renewed: stop acting at once.
+    Lost(&'static str),
+    /// The work ended by itself.
+    Done(T),
+}
+
+/// Waits for the Lease (a standby replica stays here), then runs `work` — made only once
+/// elected — while renewing the Lease every [`RETRY`]. `leader` is set to 1 while leading.
+/// Dropping the returned future (a signal, a crash) stops the work without releasing the
+/// Lease; [`Elector::release`] hands it over.
+pub async fn lead<W, F, T>(
+    elector: &Elector,
+    leader: &prometheus_client::metrics::gauge::Gauge<i64, std::sync::atomic::AtomicI64>,
+    work: W,
+) -> Led<T>
+where
+    W: FnOnce() -> F,
+    F: Future<Output = T>,
+{
+    loop {
+        match elector.try_acquire_or_renew().await {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "leader election"),
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+    leader.set(1);
+    tracing::info!(identity = %elector.identity(), "elected leader");
+    let renew = async {
+        let mut failures: u64 = 0;
+        loop {
+            tokio::time::sleep(RETRY).await;
+            match elector.try_acquire_or_renew().await {
+                Ok(true) => failures = 0,
+                Ok(false) => return "the leader Lease was taken by another replica",
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "renewing the leader Lease");
+                    if failures * RETRY.as_secs() >= LEASE_DURATION.as_secs() {
+                        return "could not renew the leader Lease";
+                    }
+                }
+            }
+        }
+    };
+    let led = tokio::select! {
+        why = renew => Led::Lost(why),
+        done = work() => Led::Done(done),
+    };
+    leader.set(0);
+    led
+}
 
 pub struct Elector {
     api: Api<Lease>,

@@ -71,68 +71,45 @@ pub async fn run(settings: Settings) -> Result<()> {
         &settings.lease_namespace(),
         settings.identity(),
     );
-    // Wait for the Lease; a standby replica stays here.
-    loop {
-        match elector.try_acquire_or_renew().await {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "leader election"),
-        }
-        tokio::time::sleep(leader::RETRY).await;
-    }
-    metrics.leader.set(1);
-    tracing::info!(identity = %elector.identity(), "elected leader");
-
-    let cluster = aws::describe_cluster(
-        &aws_sdk_eks::Client::new(&config),
-        &settings.cluster_name,
-        settings.cluster_endpoint.as_deref(),
-        &metrics,
-    )
-    .await?;
-    let cloud = Arc::new(AwsCloud::new(
-        &config,
-        &settings.region,
-        cluster,
-        &kubernetes,
-        metrics.clone(),
-    )?);
-    let queue = settings.interruption_queue.clone().map(|name| {
-        Arc::new(aws::Sqs::new(&config, name, metrics.clone())) as Arc<dyn InterruptionQueue>
-    });
-    let (ctx, caches) = Context::new(
-        client,
-        cloud,
-        queue,
-        settings,
-        metrics.clone(),
-        elector.identity(),
-    );
-    let controllers = tokio::spawn(run_controllers(Arc::new(ctx), caches));
-    // Keep the Lease; losing it (or a signal) ends the process, and its supervisor restarts
-    // it as a standby: two leaders must never act at once.
-    let renew = async {
-        let mut failures: u64 = 0;
-        loop {
-            tokio::time::sleep(leader::RETRY).await;
-            match elector.try_acquire_or_renew().await {
-                Ok(true) => failures = 0,
-                Ok(false) => return "the leader Lease was taken by another replica",
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(error = %e, "renewing the leader Lease");
-                    if failures * leader::RETRY.as_secs() >= leader::LEASE_DURATION.as_secs() {
-                        return "could not renew the leader Lease";
-                    }
-                }
-            }
-        }
+    // Only the leader acts; two leaders must never act at once, so losing the Lease (or a
+    // signal) ends the process, and its supervisor restarts it as a standby.
+    let work = || async {
+        let cluster = aws::describe_cluster(
+            &aws_sdk_eks::Client::new(&config),
+            &settings.cluster_name,
+            settings.cluster_endpoint.as_deref(),
+            &metrics,
+        )
+        .await?;
+        let cloud = Arc::new(AwsCloud::new(
+            &config,
+            &settings.region,
+            cluster,
+            &kubernetes,
+            metrics.clone(),
+        )?);
+        let queue = settings.interruption_queue.clone().map(|name| {
+            Arc::new(aws::Sqs::new(&config, name, metrics.clone())) as Arc<dyn InterruptionQueue>
+        });
+        let (ctx, caches) = Context::new(
+            client.clone(),
+            cloud,
+            queue,
+            settings.clone(),
+            metrics.clone(),
+            elector.identity(),
+        );
+        // Spawned, so a panicking controller ends leadership cleanly (the Lease is released).
+        let _ = tokio::spawn(run_controllers(Arc::new(ctx), caches)).await;
+        Ok::<_, anyhow::Error>("a controller stopped")
     };
     let reason = tokio::select! {
-        why = renew => why,
+        led = leader::lead(&elector, &metrics.leader, work) => match led {
+            leader::Led::Lost(why) => why,
+            leader::Led::Done(done) => done?,
+        },
         _ = tokio::signal::ctrl_c() => "interrupted",
         _ = terminate() => "terminated",
-        _ = controllers => "a controller stopped",
         _ = servers => "the metrics or health server stopped",
     };
     metrics.leader.set(0);

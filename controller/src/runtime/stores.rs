@@ -3,6 +3,7 @@
 //! and the PodTemplates and workloads they name): decisions read memory, not the API server.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -10,6 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{watcher, WatchStreamExt};
 
 use crate::api::ec2nodeclass::EC2NodeClass;
@@ -20,7 +22,21 @@ use crate::core::state::Snapshot;
 
 /// How long startup waits for the CapacityBuffer list: the CRD may not be installed (it is
 /// shared with Cluster Autoscaler), and then there are no buffers rather than no controller.
-const BUFFERS_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const BUFFERS_READY_WAIT: Duration = Duration::from_secs(10);
+
+/// client-go's watch backoff (0.8 s doubling, jittered, reset after two healthy minutes) but
+/// capped at 5 s instead of 30 s: during an API server outage the default grows to half a
+/// minute, so the caches relisted up to 30 s after the server was back (45 s to recover in the
+/// outage test). Thirteen watches retrying every 5 s are still a trickle for one replica.
+fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
+    let retries = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(800))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(retries.into(), Duration::from_secs(120))
+}
 
 #[derive(Clone)]
 pub struct Stores {
@@ -64,7 +80,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
+        .backoff(watch_backoff())
         .applied_objects();
     // Boxed: a dozen watch streams joined inline make one future too large for a thread's
     // stack in unoptimized builds.
@@ -138,7 +154,7 @@ impl Stores {
 
     /// Waits (at most `timeout`) until the NodeClaim cache holds every one of `names`: the
     /// next decision must see what this one created, or it would create them again.
-    pub async fn await_nodeclaims(&self, names: &[String], timeout: std::time::Duration) {
+    pub async fn await_nodeclaims(&self, names: &[String], timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
         while tokio::time::Instant::now() < deadline {
             let known: std::collections::BTreeSet<String> = self
@@ -150,7 +166,7 @@ impl Stores {
             if names.iter().all(|n| known.contains(n)) {
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

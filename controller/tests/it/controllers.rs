@@ -17,6 +17,7 @@ use jointer_controller::cloud::{CloudError, InstanceState};
 use jointer_controller::core::catalog::Catalog;
 use jointer_controller::core::scheduling::CapacityType;
 use jointer_controller::metrics::Metrics;
+use jointer_controller::runtime::leader::{lead, Elector};
 use jointer_controller::runtime::{run_controllers, Context};
 use jointer_controller::settings::Settings;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
@@ -31,7 +32,7 @@ use crate::testenv::{self, wait_for};
 
 /// Every object a scene makes carries it, so the next scene can remove what a failed one left.
 const SCENE_LABEL: &str = "jointer.dev/in-process-scene";
-const WAIT: Duration = Duration::from_secs(60);
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
 
 fn dynamic(client: &kube::Client, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
@@ -41,7 +42,7 @@ fn dynamic(client: &kube::Client, group: &str, kind: &str, plural: &str) -> Api<
     Api::all_with(client.clone(), &resource)
 }
 
-fn nodeclaims(c: &kube::Client) -> Api<DynamicObject> {
+pub(crate) fn nodeclaims(c: &kube::Client) -> Api<DynamicObject> {
     dynamic(c, "karpenter.sh", "NodeClaim", "nodeclaims")
 }
 fn nodepools(c: &kube::Client) -> Api<DynamicObject> {
@@ -91,17 +92,25 @@ fn settings(name: &str) -> Settings {
 /// One test's world: a namespace, an EC2NodeClass, a NodePool whose nodes carry the scene's
 /// label (its pods select it, so nothing else lands there), the controllers running over the
 /// simulated cloud, and the joiner.
-struct Scene {
-    name: String,
-    client: kube::Client,
-    sim: Arc<SimCloud>,
-    queue: Arc<SimQueue>,
+pub(crate) struct Scene {
+    pub(crate) name: String,
+    pub(crate) client: kube::Client,
+    pub(crate) sim: Arc<SimCloud>,
+    pub(crate) queue: Arc<SimQueue>,
     metrics: Arc<Metrics>,
+    settings: Settings,
+    /// What the controllers reach the API server through, when not `client` (a test's proxy).
+    pub(crate) controller_client: Option<kube::Client>,
+    /// The controllers first, then the joiner.
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Scene {
-    async fn start(prefix: &str, pool_spec: Value, tune: impl FnOnce(&mut Settings)) -> Scene {
+    pub(crate) async fn start(
+        prefix: &str,
+        pool_spec: Value,
+        tune: impl FnOnce(&mut Settings),
+    ) -> Scene {
         testenv::require();
         let client = testenv::kube().await;
         install_crds(&client).await;
@@ -151,34 +160,74 @@ impl Scene {
             prices: None,
         };
         let sim = Arc::new(SimCloud::new(source));
-        let queue = Arc::new(SimQueue::default());
+        // Shorter than SQS's default 30 s, so a crash's unacknowledged messages come back soon.
+        let queue = Arc::new(SimQueue::with_visibility_timeout(Duration::from_secs(10)));
         let metrics = Arc::new(Metrics::new());
-        let mut s = settings(&name);
-        tune(&mut s);
-        let (ctx, caches) = Context::new(
-            client.clone(),
-            sim.clone(),
-            Some(queue.clone()),
-            s,
-            metrics.clone(),
-            &name,
-        );
-        let controllers = tokio::spawn(run_controllers(Arc::new(ctx), caches));
+        let mut settings = settings(&name);
+        tune(&mut settings);
         let joiner = tokio::spawn(join_nodes(client.clone(), sim.clone(), name.clone()));
-        let scene = Scene {
+        let mut scene = Scene {
             name,
             client,
             sim,
             queue,
             metrics,
-            tasks: vec![controllers, joiner],
+            settings,
+            controller_client: None,
+            tasks: vec![joiner],
         };
+        scene.tasks.insert(0, scene.spawn_controllers());
         wait_for("the EC2NodeClass to be Ready", WAIT, || async {
             let class = nodeclasses(&scene.client).get(&scene.name).await.ok()?;
             (condition(&class, "Ready").as_deref() == Some("True")).then_some(())
         })
         .await;
         scene
+    }
+
+    /// The controllers over the scene's cloud and queue, with nothing in memory; with
+    /// `LEADER_ELECTION_NAMESPACE` set, a replica that acts only while it holds the Lease.
+    fn spawn_controllers(&self) -> tokio::task::JoinHandle<()> {
+        self.spawn_replica(&self.settings.identity(), self.metrics.clone())
+    }
+
+    pub(crate) fn spawn_replica(
+        &self,
+        identity: &str,
+        metrics: Arc<Metrics>,
+    ) -> tokio::task::JoinHandle<()> {
+        let client = self
+            .controller_client
+            .clone()
+            .unwrap_or_else(|| self.client.clone());
+        let (ctx, caches) = Context::new(
+            client.clone(),
+            self.sim.clone(),
+            Some(self.queue.clone()),
+            self.settings.clone(),
+            metrics.clone(),
+            identity,
+        );
+        let controllers = run_controllers(Arc::new(ctx), caches);
+        let Some(namespace) = self.settings.leader_election_namespace.clone() else {
+            return tokio::spawn(controllers);
+        };
+        let elector = Elector::new(client, &namespace, identity.to_string());
+        tokio::spawn(async move {
+            lead(&elector, &metrics.leader, || controllers).await;
+        })
+    }
+
+    /// Kills the controllers wherever they are (at an await point: whatever they had not sent
+    /// yet is lost, whatever they had sent stays), as SIGKILL would.
+    pub(crate) async fn crash(&mut self) {
+        self.tasks[0].abort();
+        let _ = (&mut self.tasks[0]).await;
+    }
+
+    /// Starts the controllers again after a crash.
+    pub(crate) fn restart(&mut self) {
+        self.tasks[0] = self.spawn_controllers();
     }
 
     /// A pod of `cpu` that only this scene's nodes can take.
@@ -199,11 +248,11 @@ impl Scene {
             .expect("create pod")
     }
 
-    fn pods(&self) -> Api<Pod> {
+    pub(crate) fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.name)
     }
 
-    async fn claims(&self) -> Vec<DynamicObject> {
+    pub(crate) async fn claims(&self) -> Vec<DynamicObject> {
         let selector = format!("{}={}", labels::NODEPOOL, self.name);
         nodeclaims(&self.client)
             .list(&ListParams::default().labels(&selector))
@@ -321,7 +370,7 @@ impl Scene {
 
     /// Deletes the scene's objects with the controllers still running (they drain and
     /// terminate the nodes and release the finalizers), then stops them.
-    async fn finish(self) {
+    pub(crate) async fn finish(self) {
         let _ = nodepools(&self.client)
             .delete(&self.name, &DeleteParams::default())
             .await;
@@ -832,25 +881,12 @@ async fn an_empty_node_is_consolidated_away() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spot_interruption_replaces_the_node_and_avoids_that_capacity() {
     let _turn = crate::testenv::TURN.lock().await;
-    let s = Scene::start(
-        "ip-spot",
-        json!({"template": {"spec": {"requirements": [
-            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5"]},
-            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-        ]}}}),
-        |_| {},
-    )
-    .await;
+    let s = Scene::start("ip-spot", spot_only(), |_| {}).await;
     s.pod("worker-0", "1", json!({})).await;
     let first_node = s.running("worker-0").await;
     let first = s.sim.instances().remove(0).launched;
     assert_eq!(first.capacity_type, CapacityType::Spot);
-    let id = first
-        .provider_id
-        .rsplit('/')
-        .next()
-        .expect("instance id")
-        .to_string();
+    let id = instance_id(&first.provider_id);
     s.queue.send(
         &json!({
             "source": "aws.ec2",
@@ -902,6 +938,163 @@ async fn a_spot_interruption_replaces_the_node_and_avoids_that_capacity() {
         "the interrupted spot offering is not bought again right away"
     );
     assert_eq!(s.queue.pending(), 0, "the message is acknowledged");
+    s.finish().await;
+}
+
+/// The instance id at the end of a provider ID (`sim:///zone/i-…`).
+pub(crate) fn instance_id(provider_id: &str) -> String {
+    provider_id
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A pool of m5/c5/r5 spot instances.
+fn spot_only() -> Value {
+    json!({"template": {"spec": {"requirements": [
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+    ]}}})
+}
+
+/// How many interruption messages the controller counted under `reason`.
+fn interruption_messages(s: &Scene, reason: &str) -> u64 {
+    let prefix = format!("jointer_controller_interruption_messages_total{{reason=\"{reason}\"}} ");
+    s.metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(crate) fn spot_warning(event_id: &str, time: &str, instance: &str) -> String {
+    json!({
+        "id": event_id, "time": time, "source": "aws.ec2",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "detail": {"instance-id": instance, "instance-action": "terminate"},
+    })
+    .to_string()
+}
+
+/// Hostile input on the queue: nothing it says about another cluster's instances, nothing
+/// stale, malformed or oversized touches a node; a flood of 10,000 messages with the one real
+/// warning in it (delivered twice, and once more under another event id) is drained, the
+/// real warning acted on once, and the loop keeps going.
+#[tokio::test]
+async fn hostile_interruption_messages_are_dropped_and_a_flood_is_drained_acting_once() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let s = Scene::start("ip-hostile", spot_only(), |_| {}).await;
+    s.pod("worker-0", "1", json!({})).await;
+    let first_node = s.running("worker-0").await;
+    let first = s.sim.instances().remove(0).launched;
+    let id = instance_id(&first.provider_id);
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+
+    // Nothing here may touch the node.
+    let hostile = [
+        ("stale", spot_warning("stale", "2020-01-01T00:00:00Z", &id)),
+        (
+            "oversized",
+            format!("{{\"pad\":\"{}\"}}", "x".repeat(300 * 1024)),
+        ),
+        ("malformed", "not an event".to_string()),
+        (
+            "malformed",
+            spot_warning("forged", &now, &id).replace("aws.ec2", "my.app"),
+        ),
+        (
+            "malformed",
+            spot_warning("bad-id", &now, "../i-0123456789abcdef0"),
+        ),
+        (
+            "not_ours",
+            spot_warning("other", &now, "i-0fffffffffffffff0"),
+        ),
+        (
+            "ignored",
+            json!({"id": "running", "time": now, "source": "aws.ec2",
+                   "detail-type": "EC2 Instance State-change Notification",
+                   "detail": {"instance-id": id, "state": "running"}})
+            .to_string(),
+        ),
+    ];
+    for (_, body) in &hostile {
+        s.queue.send(body);
+    }
+    wait_for("the hostile messages acknowledged", WAIT, || async {
+        (s.queue.pending() == 0).then_some(())
+    })
+    .await;
+    for reason in ["stale", "oversized", "malformed", "not_ours", "ignored"] {
+        let sent = hostile.iter().filter(|(r, _)| *r == reason).count() as u64;
+        assert_eq!(interruption_messages(&s, reason), sent, "{reason}");
+    }
+    assert_eq!(interruption_messages(&s, "spot_interruption"), 0);
+    let claims = s.claims().await;
+    assert_eq!(claims.len(), 1);
+    assert!(
+        claims[0].metadata.deletion_timestamp.is_none(),
+        "the node stays"
+    );
+
+    // The flood: 10,000 warnings for other clusters' instances; the real one sits inside,
+    // twice under its event id and once under another, in one receive batch of ten.
+    let flood = 10_000;
+    let started = std::time::Instant::now();
+    for n in 0..flood {
+        if n == flood / 2 {
+            s.queue.send(&spot_warning("real", &now, &id));
+            s.queue.send(&spot_warning("real", &now, &id));
+            s.queue.send(&spot_warning("real-again", &now, &id));
+        }
+        s.queue.send(&spot_warning(
+            &format!("flood-{n}"),
+            &now,
+            &format!("i-1{n:016x}"),
+        ));
+    }
+    wait_for("the flood drained", Duration::from_secs(300), || async {
+        (s.queue.pending() == 0).then_some(())
+    })
+    .await;
+    let drained = started.elapsed().as_secs_f64();
+    eprintln!(
+        "interruption flood: {} messages drained in {drained:.1} s ({:.0} messages/s)",
+        flood + 3,
+        (flood + 3) as f64 / drained
+    );
+    assert_eq!(
+        interruption_messages(&s, "spot_interruption"),
+        1,
+        "acted on once"
+    );
+    assert_eq!(interruption_messages(&s, "duplicate"), 1);
+    assert_eq!(interruption_messages(&s, "already_going"), 1);
+    assert_eq!(interruption_messages(&s, "not_ours"), flood as u64 + 1);
+    assert!(
+        !s.events(&claims[0].name_any(), "SpotInterrupted")
+            .await
+            .is_empty(),
+        "the interruption is recorded on the NodeClaim"
+    );
+
+    // The pod moves to a replacement; only the interrupted instance is terminated.
+    wait_for("the pod on a replacement node", WAIT, || async {
+        let p = s.pods().get("worker-0").await.ok();
+        if p.is_none() {
+            s.pod("worker-0", "1", json!({})).await;
+        }
+        let on = p.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
+        on.is_some_and(|n| n != first_node).then_some(())
+    })
+    .await;
+    wait_for("the interrupted instance terminated", WAIT, || async {
+        (!s.sim.terminated().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(s.sim.terminated(), std::slice::from_ref(&first.provider_id));
+    assert!(!s.tasks[0].is_finished(), "the controllers keep running");
     s.finish().await;
 }
 
@@ -1023,9 +1216,26 @@ async fn a_buffer_keeps_a_warm_node() {
 
 /// A Deployment of `replicas` pods of `cpu` that only this scene's nodes can take (evicted
 /// pods come back, as node repair expects of its workloads).
-async fn deployment(s: &Scene, name: &str, replicas: i32, cpu: &str) {
+pub(crate) async fn deployment(s: &Scene, name: &str, replicas: i32, cpu: &str) {
+    deployment_with(s, name, replicas, cpu, json!({}), json!({})).await;
+}
+
+/// A Deployment of `app: name` pods that only this scene's nodes take, with `node_selector`
+/// added to the scene's and `affinity` as the pods' affinity.
+pub(crate) async fn deployment_with(
+    s: &Scene,
+    name: &str,
+    replicas: i32,
+    cpu: &str,
+    node_selector: Value,
+    affinity: Value,
+) {
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(s.client.clone(), &s.name);
+    let mut selector = json!({SCENE_LABEL: s.name});
+    if let (Some(all), Some(extra)) = (selector.as_object_mut(), node_selector.as_object()) {
+        all.extend(extra.clone());
+    }
     let d = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -1034,7 +1244,8 @@ async fn deployment(s: &Scene, name: &str, replicas: i32, cpu: &str) {
             "template": {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
-                    "nodeSelector": {SCENE_LABEL: s.name},
+                    "nodeSelector": selector,
+                    "affinity": affinity,
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                         "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],

@@ -4,10 +4,12 @@
 
 mod benchmark_input;
 mod controllers;
+mod crash;
 mod crds;
 mod disruption_cases;
 mod layers;
 mod nodeclass;
+mod outage;
 mod solver_cases;
 mod solver_properties;
 mod upstream_api;
@@ -15,6 +17,8 @@ mod upstream_examples;
 mod validation;
 
 // The CLI's test support for the environment, shared rather than copied.
+#[path = "../../../tests/support/harness.rs"]
+mod harness;
 #[path = "../../../tests/support/testenv.rs"]
 #[allow(dead_code)]
 mod testenv;

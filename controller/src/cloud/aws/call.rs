@@ -71,8 +71,13 @@ impl CloudError {
     }
 }
 
-/// EC2 error codes the controller acts on (not failures).
+/// EC2 and SQS error codes the controller acts on (not failures).
 pub mod codes {
+    /// A queue URL whose queue is gone (SQS's query and JSON protocols).
+    pub const QUEUE_MISSING: &[&str] = &[
+        "AWS.SimpleQueueService.NonExistentQueue",
+        "QueueDoesNotExist",
+    ];
     /// DescribeLaunchTemplates by a name no template has.
     pub const TEMPLATE_NOT_FOUND: &[&str] = &[
         "InvalidLaunchTemplateName.NotFoundException",

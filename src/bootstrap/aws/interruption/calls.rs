@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use jointer_controller::cloud::aws::call::codes;
 use serde_json::Value;
 
 use super::{Action, Queue, Rule, QUEUE_DELETED_RECENTLY_WAIT, TARGET_ID};
@@ -47,14 +48,8 @@ pub(super) async fn get_queue(ctx: &Context, name: &str) -> Result<Option<Queue>
     }))
 }
 
-/// The codes SQS answers for a queue that does not exist (query and JSON protocols).
-const MISSING_QUEUE: &[&str] = &[
-    "AWS.SimpleQueueService.NonExistentQueue",
-    "QueueDoesNotExist",
-];
-
 fn is_missing_queue(code: Option<&str>) -> bool {
-    code.is_some_and(|c| MISSING_QUEUE.contains(&c))
+    code.is_some_and(|c| codes::QUEUE_MISSING.contains(&c))
 }
 
 pub(super) async fn get_rule(ctx: &Context, name: &str) -> Result<Option<Rule>> {
@@ -140,7 +135,7 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
         }
         Action::DeleteQueue { url } => gone_ok(
             sqs.delete_queue().queue_url(url).send().await,
-            MISSING_QUEUE,
+            codes::QUEUE_MISSING,
             &format!("sqs:DeleteQueue {url}"),
         )?,
         Action::PutRule {

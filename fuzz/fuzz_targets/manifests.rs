@@ -1,0 +1,3 @@
+#![no_main]
+// See jointer::fuzzing::manifests for what this input surface is.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| jointer::fuzzing::manifests(data));

@@ -1,0 +1,17 @@
+//! `jointer` as a library: everything the command line (`main.rs`) dispatches to, so the fuzz
+//! targets (`fuzz/`) and tests can reach the input layer directly.
+
+// A `Diagnostic` (file, location, field, message) travels only on the input-error path, once
+// per command; boxing it everywhere would cost clarity for no measurable gain.
+#![allow(clippy::result_large_err)]
+
+pub mod api_versions;
+pub mod bootstrap;
+pub mod cluster;
+pub mod commands;
+pub mod failure;
+pub mod fuzzing;
+pub mod image;
+pub mod input;
+pub mod output;
+pub mod progress;
