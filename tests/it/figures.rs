@@ -10,9 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-use super::provisioning::{
-    condition, deployment, dynamic, nodeclaims, running, write_templates, Scene,
-};
+use super::provisioning::{class_ready, deployment, nodeclaims, running, write_templates, Scene};
 use serde_json::json;
 
 use crate::support::testenv::{self, wait_for};
@@ -36,20 +34,7 @@ async fn figures() {
     let admin = testenv::kube().await;
     let scene = Scene::start(&s, &admin, 28230).await;
     let (controller, ns) = (&scene.controller, &scene.ns);
-    let classes = dynamic(
-        &admin,
-        "karpenter.k8s.aws",
-        "EC2NodeClass",
-        "ec2nodeclasses",
-    );
-    wait_for(
-        "the EC2NodeClass to be Ready",
-        Duration::from_secs(60),
-        || async {
-            condition(&classes.get_opt(&s.cluster).await.ok().flatten()?, "Ready").then_some(())
-        },
-    )
-    .await;
+    class_ready(&admin, &s.cluster).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_rss = controller.rss_kib().unwrap_or(0);
 

@@ -1,0 +1,490 @@
+//! Scale figures on the real test environment (a benchmark harness, run on purpose):
+//! `SCALE_PODS=10000 cargo test --test it scale -- --ignored --nocapture`.
+//!
+//! `jointer apply` on a world, the controller as a local process, and a mixed workload of
+//! `SCALE_PODS` pods (default 1,000): 40 % of 250m spread over zones, 30 % of 500m, 20 % of
+//! 1500m, 10 % of 1 CPU that tolerate the spot pool's taint, and 20 pods that may not share a
+//! node; the general pool takes 2xlarge instances only, so the node count follows the pod
+//! count. It prints, for the scale-up: when every pod existed, when the last NodeClaim was
+//! created and when every pod ran; for a consolidation after half of every Deployment goes:
+//! how long the nodes took to settle, nodes and $/hour before and after, the disruption
+//! decision's duration, and the gap to a fresh `jointer simulate` of what is left; for 100
+//! interruption warnings sent at once: when every warned node was replaced and every pod ran
+//! again; with the general pool at its limit and 1.5 × the pods pending: the time per
+//! provisioning pass; throughout, the controller's peak RSS and CPU seconds and the AWS calls
+//! per node.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::provisioning::{
+    class_ready, condition, deployment, dynamic, fixture_prices, nodeclaims, write_templates,
+    Scene, WORLD_LABEL,
+};
+use crate::support::controller::Controller;
+use crate::support::harness::env_number;
+use crate::support::testenv;
+use crate::support::world::Setup;
+
+/// (name, share of the pods in percent, CPU, extra pod spec)
+fn workload() -> Vec<(&'static str, u32, &'static str, serde_json::Value)> {
+    let zone_spread = json!({"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let spot = json!({"tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]});
+    vec![
+        ("web", 40, "250m", zone_spread),
+        ("api", 30, "500m", json!({})),
+        ("worker", 20, "1500m", json!({})),
+        ("batch", 10, "1", spot),
+    ]
+}
+
+const APART: i32 = 20;
+
+/// What one poll of the world saw.
+struct Poll {
+    created: i32,
+    not_running: usize,
+    claims: Vec<DynamicObject>,
+}
+
+async fn poll(admin: &kube::Client, ns: &str) -> Option<Poll> {
+    let world = |c: &DynamicObject| {
+        c.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(WORLD_LABEL))
+            .map(String::as_str)
+            == Some(ns)
+    };
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let created = deployments
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .iter()
+        .filter_map(|d| d.status.as_ref()?.replicas)
+        .sum();
+    // Only the pods not Running yet: cheap once most run.
+    let not_running = pods
+        .list(&ListParams::default().fields("status.phase!=Running"))
+        .await
+        .ok()?
+        .items
+        .len();
+    let claims = nodeclaims(admin)
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .filter(world)
+        .collect();
+    Some(Poll {
+        created,
+        not_running,
+        claims,
+    })
+}
+
+/// $/hour of the NodeClaims by the test world's fixture prices.
+fn dollars_per_hour(claims: &[DynamicObject]) -> f64 {
+    let prices = fixture_prices();
+    claims
+        .iter()
+        .filter_map(|c| {
+            let labels = c.metadata.labels.as_ref()?;
+            let (on_demand, spot) = prices.get(labels.get("node.kubernetes.io/instance-type")?)?;
+            match labels.get("karpenter.sh/capacity-type").map(String::as_str) {
+                Some("spot") => spot
+                    .get(labels.get("topology.kubernetes.io/zone")?)
+                    .copied(),
+                _ => Some(*on_demand),
+            }
+        })
+        .sum()
+}
+
+fn metric_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse::<f64>().ok()
+}
+
+/// A histogram's (count, sum) so far.
+fn histogram_totals(controller: &Controller, name: &str) -> (f64, f64) {
+    let metrics = controller.metrics();
+    let total = |suffix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_{suffix}")))
+            .and_then(metric_value)
+            .unwrap_or(0.0)
+    };
+    (total("count"), total("sum"))
+}
+
+/// The upper bound of the histogram bucket that holds its largest observation, and the mean.
+fn histogram(controller: &Controller, name: &str) -> (f64, f64) {
+    let (count, sum) = histogram_totals(controller, name);
+    let value = metric_value;
+    let metrics = controller.metrics();
+    let max = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket")))
+        .filter(|l| value(l) == Some(count))
+        .filter_map(|l| {
+            l.split("le=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .fold(f64::INFINITY, f64::min);
+    (max, if count > 0.0 { sum / count } else { f64::NAN })
+}
+
+/// What `jointer simulate` would launch for the Deployments as they are now, with the world's
+/// own prices (`catalog refresh` against the gap layer, as a user refreshes against AWS):
+/// (nodes, $/hour).
+async fn fresh_solve(s: &Setup, deployments: &Api<Deployment>) -> (u64, f64) {
+    let refresh =
+        s.ws.jointer(&["catalog", "refresh", "--region", "us-east-1"]);
+    assert_eq!(refresh.code, 0, "catalog refresh: {refresh:#?}");
+    let mut workload = String::new();
+    for d in deployments
+        .list(&ListParams::default())
+        .await
+        .expect("Deployments")
+        .items
+    {
+        let doc = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": d.metadata.name, "namespace": d.metadata.namespace},
+            "spec": d.spec,
+        });
+        workload.push_str("---\n");
+        workload.push_str(&serde_yaml::to_string(&doc).expect("yaml"));
+    }
+    s.ws.write("remaining.yaml", &workload);
+    let run = s.jointer(&[
+        "simulate",
+        "--workload",
+        "remaining.yaml",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(run.code, 0, "simulate: {run:#?}");
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("simulate's JSON");
+    assert_eq!(
+        report["price_source"], "cached",
+        "simulate used the refreshed prices"
+    );
+    (
+        report["nodes"].as_u64().unwrap_or(0),
+        report["total_price_per_hour"].as_f64().unwrap_or(f64::NAN),
+    )
+}
+
+#[tokio::test]
+#[ignore = "a benchmark harness: prints figures, run it on purpose"]
+async fn scale() {
+    let _turn = testenv::TURN.lock().await;
+    let total = env_number("SCALE_PODS", 1000);
+    let s = Setup::new("scale", "templates: { dir: nodes }").await;
+    write_templates(
+        &s,
+        "        - { key: karpenter.k8s.aws/instance-size, operator: In, values: [2xlarge] }\n",
+    );
+    s.apply();
+    let admin = testenv::kube().await;
+    let scene = Scene::start(&s, &admin, 28340).await;
+    let (controller, ns) = (&scene.controller, scene.ns.clone());
+    class_ready(&admin, &s.cluster).await;
+
+    // Scale-up.
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let mut wanted = 0;
+    let mut sizes = Vec::new();
+    for (name, share, cpu, extra) in workload() {
+        let replicas = (total * share / 100) as i32;
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(name, &s.cluster, replicas, cpu, extra),
+            )
+            .await
+            .expect("create a Deployment");
+        wanted += replicas;
+        sizes.push((name, replicas));
+    }
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("apart", &s.cluster, APART, "100m", apart),
+        )
+        .await
+        .expect("create apart");
+    wanted += APART;
+    sizes.push(("apart", APART));
+    testenv::clear_calls();
+    let t0 = Instant::now();
+    let cpu0 = controller.cpu_seconds().unwrap_or(0.0);
+    let (mut created_at, mut last_claim_at, mut claims_seen) = (None, 0.0, 0);
+    let up = loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = t0.elapsed().as_secs_f64();
+        assert!(
+            now < 3600.0,
+            "the scale-up did not finish in an hour ({claims_seen} NodeClaims)"
+        );
+        let Some(p) = poll(&admin, &ns).await else {
+            continue;
+        };
+        if p.created >= wanted && created_at.is_none() {
+            created_at = Some(now);
+        }
+        if p.claims.len() > claims_seen {
+            claims_seen = p.claims.len();
+            last_claim_at = now;
+        }
+        if created_at.is_some() && p.not_running == 0 {
+            break p;
+        }
+    };
+    let running_at = t0.elapsed().as_secs_f64();
+    let created_at = created_at.unwrap_or(running_at);
+    let up_calls = testenv::calls().len();
+    let up_cpu = controller.cpu_seconds().unwrap_or(0.0) - cpu0;
+    let up_rss = controller.peak_rss_kib().unwrap_or(0);
+    let (solve_max, solve_mean) =
+        histogram(controller, "jointer_controller_scheduling_solve_seconds");
+    let nodes_up = up.claims.len();
+    let cost_up = dollars_per_hour(&up.claims);
+
+    // Consolidation: half of every Deployment goes.
+    testenv::clear_calls();
+    let cpu1 = controller.cpu_seconds().unwrap_or(0.0);
+    let t1 = Instant::now();
+    let decisions0 = histogram_totals(controller, "jointer_controller_disruption_decision_seconds");
+    for (name, replicas) in &sizes {
+        deployments
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas / 2}})),
+            )
+            .await
+            .expect("scale down");
+    }
+    let (mut count, mut changed_at) = (nodes_up, 0.0);
+    let settled = loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = t1.elapsed().as_secs_f64();
+        assert!(now < 3600.0, "consolidation did not settle in an hour");
+        let Some(p) = poll(&admin, &ns).await else {
+            continue;
+        };
+        let deleting = p
+            .claims
+            .iter()
+            .any(|c| c.metadata.deletion_timestamp.is_some());
+        if p.claims.len() != count || deleting {
+            count = p.claims.len();
+            changed_at = now;
+        }
+        // Settled: nothing changed for a minute, nothing going, every pod Running.
+        if now - changed_at > 60.0 && p.not_running == 0 {
+            break p;
+        }
+    };
+    let down_calls = testenv::calls().len();
+    let down_cpu = controller.cpu_seconds().unwrap_or(0.0) - cpu1;
+    let (decision_max, _) = histogram(controller, "jointer_controller_disruption_decision_seconds");
+    let decisions1 = histogram_totals(controller, "jointer_controller_disruption_decision_seconds");
+    let decision_mean = (decisions1.1 - decisions0.1) / (decisions1.0 - decisions0.0).max(1.0);
+    let nodes_down = settled.claims.len();
+    let cost_down = dollars_per_hour(&settled.claims);
+    let fresh = fresh_solve(&s, &deployments).await;
+
+    eprintln!("SCALE FIGURES: {wanted} pods {sizes:?}");
+    eprintln!(
+        "  scale-up: every pod existed after {created_at:.1} s; the last NodeClaim was created at \
+         {last_claim_at:.1} s; every pod Running after {running_at:.1} s; {nodes_up} nodes, ${cost_up:.2}/h"
+    );
+    eprintln!(
+        "  scale-up: solve mean {:.3} s, largest ≤ {solve_max} s; controller {up_cpu:.1} CPU s, \
+         peak RSS {:.0} MiB; {up_calls} AWS calls ({:.1} per node)",
+        solve_mean,
+        up_rss as f64 / 1024.0,
+        up_calls as f64 / nodes_up.max(1) as f64
+    );
+    eprintln!(
+        "  consolidation to half the pods: settled {changed_at:.1} s after the scale-down; \
+         {nodes_up} → {nodes_down} nodes, ${cost_up:.2}/h → ${cost_down:.2}/h; disruption decision \
+         mean {decision_mean:.3} s, largest ≤ {decision_max} s; controller {down_cpu:.1} CPU s, peak RSS \
+         {:.0} MiB; {down_calls} AWS calls",
+        controller.peak_rss_kib().unwrap_or(0) as f64 / 1024.0
+    );
+    eprintln!(
+        "  a fresh solve of what is left (jointer simulate, the world's prices): {} nodes, \
+         ${:.2}/h; settled is {:+.1} %",
+        fresh.0,
+        fresh.1,
+        (cost_down / fresh.1 - 1.0) * 100.0
+    );
+
+    // 100 interruption warnings at once (spot nodes first), through EventBridge as AWS sends
+    // them: until every warned node is replaced and every pod runs again.
+    let mut warned: Vec<DynamicObject> = settled.claims.clone();
+    warned.sort_by_key(|c| {
+        c.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("karpenter.sh/capacity-type"))
+            .map(String::as_str)
+            != Some("spot")
+    });
+    warned.truncate(100);
+    let spot = warned
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("karpenter.sh/capacity-type"))
+                .map(String::as_str)
+                == Some("spot")
+        })
+        .count();
+    let warned_names: Vec<String> = warned
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let events = aws_sdk_eventbridge::Client::new(&testenv::aws().await);
+    let t2 = Instant::now();
+    for chunk in warned.chunks(10) {
+        let mut put = events.put_events();
+        for c in chunk {
+            let id = c.data["status"]["providerID"]
+                .as_str()
+                .and_then(|p| p.rsplit('/').next())
+                .unwrap_or_default();
+            put = put.entries(
+                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .source("aws.ec2")
+                    .detail_type("EC2 Spot Instance Interruption Warning")
+                    .detail(json!({"instance-id": id, "instance-action": "terminate"}).to_string())
+                    .build(),
+            );
+        }
+        put.send().await.expect("PutEvents");
+    }
+    let mut last_registered = 0.0;
+    let mut registered = std::collections::BTreeSet::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = t2.elapsed().as_secs_f64();
+        assert!(
+            now < 1800.0,
+            "the interrupted nodes were not replaced in 30 minutes"
+        );
+        let Some(p) = poll(&admin, &ns).await else {
+            continue;
+        };
+        for c in &p.claims {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            if condition(c, "Registered")
+                && !settled
+                    .claims
+                    .iter()
+                    .any(|o| o.metadata.name.as_deref() == Some(&name))
+                && registered.insert(name)
+            {
+                last_registered = now;
+            }
+        }
+        let gone = !p.claims.iter().any(|c| {
+            c.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| warned_names.contains(n))
+        });
+        if gone && p.not_running == 0 {
+            break;
+        }
+    }
+    let interrupted_running = t2.elapsed().as_secs_f64();
+
+    // A NodePool limit reached with 1.5 × the pods pending: how long each provisioning pass
+    // takes while nothing can be launched.
+    let general = format!("general-{}", s.cluster);
+    let pools = dynamic(&admin, "karpenter.sh", "NodePool", "nodepools");
+    pools
+        .patch(
+            &general,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"limits": {"cpu": "1"}}})),
+        )
+        .await
+        .expect("limit the general pool");
+    let (count0, sum0) =
+        histogram_totals(controller, "jointer_controller_scheduling_solve_seconds");
+    let claims_before_held = poll(&admin, &ns).await.map(|p| p.claims.len()).unwrap_or(0);
+    let held = total * 3 / 2;
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("held", &s.cluster, held as i32, "250m", json!({})),
+        )
+        .await
+        .expect("create held");
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    let (count1, sum1) =
+        histogram_totals(controller, "jointer_controller_scheduling_solve_seconds");
+    let passes = count1 - count0;
+    let held_claims = poll(&admin, &ns).await.map(|p| p.claims.len()).unwrap_or(0);
+
+    eprintln!(
+        "  {} interruption warnings at once ({spot} of them spot nodes): every warned node gone and \
+         every pod Running {interrupted_running:.1} s after they were sent; the last replacement \
+         registered at {last_registered:.1} s ({:.1} s before all Running)",
+        warned.len(),
+        interrupted_running - last_registered
+    );
+    eprintln!(
+        "  {held} more pods held by the general pool's limit: {passes} provisioning passes in 90 s, \
+         {:.2} s each on average; {held_claims} NodeClaims (none added: {})",
+        if passes > 0.0 { (sum1 - sum0) / passes } else { f64::NAN },
+        held_claims == claims_before_held
+    );
+    eprintln!(
+        "  controller peak RSS over the run {:.0} MiB, {:.1} CPU s in all",
+        controller.peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
+        controller.cpu_seconds().unwrap_or(0.0) - cpu0
+    );
+    let _ = deployments.delete("held", &DeleteParams::default()).await;
+
+    // Empty the world before teardown, so it has only empty nodes to take down.
+    for (name, _) in &sizes {
+        let _ = deployments.delete(name, &DeleteParams::default()).await;
+    }
+    let _ = pools
+        .patch(
+            &general,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"limits": null}})),
+        )
+        .await;
+    // Teardown drains every node: give it time in proportion.
+    scene.end_within(180 + nodes_down as u64).await;
+}
