@@ -127,6 +127,24 @@ where
     }
 }
 
+/// Polls `check` every half second until it holds or `seconds` pass; whether it held.
+pub async fn eventually<F, Fut>(seconds: u64, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// A call to the gap layer's control API (`/_gap/...`), with a JSON body; panics unless 2xx.
 pub fn gap(method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
     require();

@@ -213,7 +213,7 @@ fn node_taints(node: &Node, claim: Option<&NodeClaim>) -> Vec<Taint> {
         .iter()
         .flat_map(|s| s.taints.iter().flatten())
         // Taints that go away once the node is up do not keep pods off it for good.
-        .filter(|t| t.key != UNREGISTERED_TAINT && !startup.contains(&t.key.as_str()))
+        .filter(|t| !startup.contains(&t.key.as_str()))
         .filter_map(|t| {
             let effect = match t.effect.as_str() {
                 "NoSchedule" => TaintEffect::NoSchedule,
@@ -318,7 +318,20 @@ fn pool_inputs(
     (pools, skipped)
 }
 
-/// The Nodes pods can still land on (not cordoned, not going), with the pods bound to them.
+/// Whether a NodeClaim has registered the Node: until then it carries the unregistered taint
+/// the node's user data gave it, and kube-scheduler keeps pods off it.
+fn is_registered(node: &Node) -> bool {
+    !node
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .any(|t| t.key == UNREGISTERED_TAINT)
+}
+
+/// The Nodes pods can still land on (registered, not cordoned, not going), with the pods
+/// bound to them. A Node that joined but is not registered yet is room its NodeClaim stands
+/// for (in flight); one that no NodeClaim will register (its NodeClaim went while it joined)
+/// never takes a pod, so counting it as room would leave pods pending for good.
 pub fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
     let claim_of_node: HashMap<&str, &NodeClaim> = snapshot
         .nodeclaims
@@ -341,7 +354,7 @@ pub fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
             .as_ref()
             .and_then(|s| s.unschedulable)
             .unwrap_or(false);
-        if cordoned || node_is_going(node, &snapshot.nodeclaims) {
+        if cordoned || !is_registered(node) || node_is_going(node, &snapshot.nodeclaims) {
             continue;
         }
         let pods: Vec<SchedPod> = bound
@@ -373,15 +386,28 @@ pub fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
 /// NodeClaims not yet a Node: room the provisioner has already bought, so pods are not
 /// planned twice (labelled by their single-valued requirements, as the Node will be).
 fn in_flight(snapshot: &Snapshot, pools: &[PoolInput]) -> Vec<ExistingNode> {
+    let registered_nodes: Vec<&Node> = snapshot
+        .nodes
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|n| is_registered(n))
+        .collect();
     let node_names: std::collections::HashSet<String> =
-        snapshot.nodes.iter().map(|n| n.name_any()).collect();
+        registered_nodes.iter().map(|n| n.name_any()).collect();
+    // A Node registration has untainted but whose NodeClaim status does not name yet.
+    let provider_ids: std::collections::HashSet<&str> = registered_nodes
+        .iter()
+        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
+        .collect();
     let mut existing = Vec::new();
     for claim in &snapshot.nodeclaims {
-        let registered = claim
-            .status
-            .as_ref()
+        let status = claim.status.as_ref();
+        let registered = status
             .and_then(|s| s.node_name.as_ref())
-            .is_some_and(|n| node_names.contains(n));
+            .is_some_and(|n| node_names.contains(n))
+            || status
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|id| provider_ids.contains(id));
         if registered || claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
@@ -412,4 +438,79 @@ fn in_flight(snapshot: &Snapshot, pools: &[PoolInput]) -> Vec<ExistingNode> {
         });
     }
     existing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, provider_id: &str, unregistered: bool) -> Arc<Node> {
+        let taints = if unregistered {
+            json!([{"key": UNREGISTERED_TAINT, "effect": "NoExecute"}])
+        } else {
+            json!([])
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {labels::NODEPOOL: "default"}},
+                "spec": {"providerID": provider_id, "taints": taints},
+                "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+            }))
+            .expect("node"),
+        )
+    }
+
+    fn claim(name: &str, provider_id: &str, node_name: Option<&str>) -> Arc<NodeClaim> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name, "labels": {labels::NODEPOOL: "default"}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [],
+                },
+                "status": {"providerID": provider_id, "nodeName": node_name},
+            }))
+            .expect("nodeclaim"),
+        )
+    }
+
+    fn room(snapshot: &Snapshot) -> Vec<String> {
+        build(snapshot, &HashMap::new())
+            .problem
+            .existing
+            .into_iter()
+            .map(|e| e.name)
+            .collect()
+    }
+
+    #[test]
+    fn a_node_no_nodeclaim_will_register_is_no_room() {
+        let snap = Snapshot {
+            nodes: vec![node("orphan", "aws:///us-east-1a/i-1", true)],
+            ..Snapshot::default()
+        };
+        assert!(room(&snap).is_empty(), "{:?}", room(&snap));
+    }
+
+    #[test]
+    fn a_joined_node_not_yet_registered_is_its_nodeclaims_room_once() {
+        let snap = Snapshot {
+            nodes: vec![node("n1", "aws:///us-east-1a/i-1", true)],
+            nodeclaims: vec![claim("c1", "aws:///us-east-1a/i-1", None)],
+            ..Snapshot::default()
+        };
+        assert_eq!(room(&snap), ["c1"]);
+    }
+
+    #[test]
+    fn a_registered_node_its_nodeclaim_does_not_name_yet_is_counted_once() {
+        let snap = Snapshot {
+            nodes: vec![node("n1", "aws:///us-east-1a/i-1", false)],
+            nodeclaims: vec![claim("c1", "aws:///us-east-1a/i-1", None)],
+            ..Snapshot::default()
+        };
+        assert_eq!(room(&snap), ["n1"]);
+    }
 }

@@ -589,8 +589,14 @@ async fn pending_pods_get_the_cheapest_instance_a_registered_node_and_run() {
         !taints.iter().any(|t| t == labels::UNREGISTERED_TAINT),
         "registration removes the unregistered taint: {taints:?}"
     );
-    let claim = &claims[0];
-    assert_eq!(condition(claim, "Ready").as_deref(), Some("True"));
+    // Initialized (so Ready) follows registration on the claim's next pass, which may come
+    // just after kube-scheduler bound the pod to the untainted node.
+    let name = claims[0].name_any();
+    let claim = wait_for("the NodeClaim Ready", WAIT, || async {
+        let c = nodeclaims(&s.client).get(&name).await.ok()?;
+        (condition(&c, "Ready").as_deref() == Some("True")).then_some(c)
+    })
+    .await;
     assert!(
         claim
             .owner_references()
@@ -782,6 +788,61 @@ async fn a_node_that_never_registers_is_given_up_and_its_instance_terminated() {
             .then_some(())
     })
     .await;
+    s.finish().await;
+}
+
+/// The Node (by provider ID) of the scene, if one joined.
+async fn node_of(s: &Scene, provider_id: &str) -> Option<Node> {
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let selector = format!("{}={}", labels::NODEPOOL, s.name);
+    nodes
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+}
+
+/// A NodeClaim deleted after its instance's Node joined but before it was registered (the
+/// status names no node): the Node goes with it, found by provider ID, rather than staying
+/// behind as a node that carries the unregistered taint for good; and the pod still gets a
+/// node, instead of being planned forever onto that one, which it can never use.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodeclaim_deleted_while_its_node_joins_takes_the_node_along() {
+    let _turn = crate::testenv::TURN.lock().await;
+    let mut s = Scene::start("ip-joining", json!({}), |_| {}).await;
+    // Nodes join only once the controllers are down, so none is registered.
+    s.tasks[1].abort();
+    s.pod("late-0", "500m", json!({})).await;
+    let (claim, provider_id) = wait_for("a launch recorded", WAIT, || async {
+        let claims = s.claims().await;
+        let c = claims.first()?;
+        let id = c.data["status"]["providerID"].as_str()?.to_string();
+        Some((c.name_any(), id))
+    })
+    .await;
+    s.crash().await;
+    s.tasks[1] = tokio::spawn(join_nodes(s.client.clone(), s.sim.clone(), s.name.clone()));
+    let joined = wait_for("the Node to join", WAIT, || node_of(&s, &provider_id)).await;
+    let unregistered = joined
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .any(|t| t.key == labels::UNREGISTERED_TAINT);
+    assert!(unregistered, "the Node joined unregistered");
+    nodeclaims(&s.client)
+        .delete(&claim, &DeleteParams::background())
+        .await
+        .expect("delete the NodeClaim");
+    s.restart();
+    wait_for("the NodeClaim and its Node to go", WAIT, || async {
+        let claim_gone = nodeclaims(&s.client).get_opt(&claim).await.ok()?.is_none();
+        (claim_gone && node_of(&s, &provider_id).await.is_none()).then_some(())
+    })
+    .await;
+    let node = s.running("late-0").await;
+    assert_ne!(node, joined.name_any(), "the pod runs on a new node");
     s.finish().await;
 }
 

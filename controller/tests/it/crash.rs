@@ -30,7 +30,7 @@ use crate::controllers::{
     deployment, deployment_with, instance_id, nodeclaims, spot_warning, Scene,
 };
 use crate::harness::{cpus, env_number};
-use crate::testenv::{self, wait_for};
+use crate::testenv::{self, eventually, wait_for};
 
 const CPU_LIMIT: u64 = 40;
 /// Four loners fill a 2xlarge; one fits a large.
@@ -192,6 +192,29 @@ struct Settled {
     unhandled: usize,
     /// Nodes of NodeClaims not being deleted that still carry `karpenter.sh/disrupted`.
     stale_taints: usize,
+    /// The pool's Nodes that no NodeClaim accounts for (by provider ID): room the provisioner
+    /// might count that no pod can use.
+    phantom_nodes: usize,
+}
+
+async fn phantom_nodes(s: &Scene, claims: &BTreeMap<String, DynamicObject>) -> usize {
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let selector = format!("{}={}", labels::NODEPOOL, s.name);
+    let Ok(nodes) = nodes.list(&ListParams::default().labels(&selector)).await else {
+        return 0;
+    };
+    let claimed: BTreeSet<&str> = claims
+        .values()
+        .filter_map(|c| c.data["status"]["providerID"].as_str())
+        .collect();
+    nodes
+        .items
+        .iter()
+        .filter(|n| {
+            let id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            !id.is_some_and(|id| claimed.contains(id))
+        })
+        .count()
 }
 
 async fn stale_taints(s: &Scene, claims: &BTreeMap<String, DynamicObject>) -> usize {
@@ -252,12 +275,14 @@ async fn settle(s: &Scene, apps: &[(&str, u64)], broken: &mut Broken) -> Settled
                 .count(),
             unhandled: s.queue.pending(),
             stale_taints: stale_taints(s, &claims).await,
+            phantom_nodes: phantom_nodes(s, &claims).await,
         };
         let wrong = settled.lost_pods
             + settled.leaked
             + settled.stuck
             + settled.unhandled
-            + settled.stale_taints;
+            + settled.stale_taints
+            + settled.phantom_nodes;
         if wrong == 0 || tokio::time::Instant::now() > deadline {
             return settled;
         }
@@ -309,24 +334,6 @@ async fn a_node_disrupted(s: &Scene) -> bool {
         .list(&ListParams::default().labels(&selector))
         .await
         .is_ok_and(|l| l.items.iter().any(disrupted))
-}
-
-/// Polls `check` every half second until it holds or `seconds` pass; whether it held.
-async fn eventually<F, Fut>(seconds: u64, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Whether every node of the scene's pool runs a pod (consolidation removed the empty ones).
@@ -529,6 +536,7 @@ async fn the_controllers_survive_being_killed_anywhere() {
         stuck,
         unhandled,
         stale_taints,
+        phantom_nodes,
     } = settle(&s, &[("app", replicas), ("loner", 1)], &mut broken).await;
     let launches = s.sim.instances().len();
     eprintln!(
@@ -538,7 +546,7 @@ async fn the_controllers_survive_being_killed_anywhere() {
          were queued; {launches} instances launched, peak {} of {CPU_LIMIT} CPUs in use.\n\
          duplicate instances {}, NodePool limit passed {} times, leaked instances {leaked}, \
          lost pods {lost_pods}, stuck finalizers {stuck}, interruption messages never handled {unhandled}, \
-         nodes left tainted disrupted {stale_taints}, nodes drained before their replacement was up \
+         nodes left tainted disrupted {stale_taints}, nodes without a NodeClaim {phantom_nodes}, nodes drained before their replacement was up \
          {} of {} replacing commands judged ({} seen); {:.0} s in all",
         at_crash.launching,
         at_crash.registering,
@@ -562,6 +570,7 @@ async fn the_controllers_survive_being_killed_anywhere() {
     assert_eq!(stuck, 0, "NodeClaims stuck deleting");
     assert_eq!(unhandled, 0, "interruption messages left on the queue");
     assert_eq!(stale_taints, 0, "nodes left tainted by a command cut short");
+    assert_eq!(phantom_nodes, 0, "Nodes no NodeClaim accounts for");
     assert_eq!(
         broken.drained_early, 0,
         "a node went before the replacement its command named was up"
@@ -674,6 +683,10 @@ async fn a_killed_leader_is_replaced_by_the_standby_during_a_scale_up_and_a_cons
         assert_eq!(settled.lost_pods, 0, "{phase}: pods left without a node");
         assert_eq!(settled.leaked, 0, "{phase}: instances without a NodeClaim");
         assert_eq!(settled.stuck, 0, "{phase}: NodeClaims stuck deleting");
+        assert_eq!(
+            settled.phantom_nodes, 0,
+            "{phase}: Nodes no NodeClaim accounts for"
+        );
     }
     // The figure is printed above; the bound only catches an election that does not work
     // (a busy machine may add seconds to the Lease's 15 s and the 2 s retry).

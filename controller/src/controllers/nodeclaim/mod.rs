@@ -364,6 +364,12 @@ async fn terminate(
         Some(n) => nodes.get_opt(n).await?,
         None => None,
     };
+    // A Node that joined before this NodeClaim registered it is not named in the status: found
+    // by its provider ID, so it does not outlive the NodeClaim as a phantom node.
+    let node = match (node, status.provider_id.as_deref()) {
+        (None, Some(id)) => find_node(ctx, id).map(Arc::unwrap_or_clone),
+        (node, _) => node,
+    };
     // The instance: the recorded one, or one a crashed launch made but never recorded.
     let instance = match status.provider_id.clone() {
         Some(id) => Some(id),
