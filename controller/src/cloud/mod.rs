@@ -4,6 +4,7 @@
 
 pub mod aws;
 pub mod sim;
+pub mod unavailable;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

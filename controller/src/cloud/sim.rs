@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -14,6 +15,7 @@ use super::{
     arch_requirement, CloudError, CloudProvider, InstanceState, InterruptionQueue, Launched,
     OwnedInstance, QueueMessage, Resolution, TypesOfClass,
 };
+use crate::cloud::unavailable::Unavailable;
 use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
 use crate::api::nodeclaim::{instance_key, NodeClaim};
@@ -42,6 +44,8 @@ pub enum Source {
 pub struct SimCloud {
     pub source: Source,
     state: Mutex<State>,
+    /// Offerings left out after a capacity error, for 3 minutes as the AWS provider does.
+    unavailable: Unavailable,
 }
 
 /// An instance the simulated cloud runs.
@@ -64,8 +68,6 @@ struct State {
     failing_launches: VecDeque<CloudError>,
     /// (instance type, zone, capacity type) EC2 would have no capacity for.
     scarce: BTreeSet<(String, String, CapacityType)>,
-    /// Offerings left out after a capacity error, as the AWS provider does for 3 minutes.
-    unavailable: BTreeSet<(String, String, CapacityType)>,
     launch_calls: usize,
 }
 
@@ -79,6 +81,7 @@ impl SimCloud {
         SimCloud {
             source,
             state: Mutex::default(),
+            unavailable: Unavailable::default(),
         }
     }
 
@@ -123,17 +126,16 @@ impl SimCloud {
                 class: class.name_any(),
                 why: e.to_string(),
             })?;
-        let state = self.state();
-        if state.unavailable.is_empty() {
+        let now = Instant::now();
+        if self.unavailable.is_empty(now) {
             return Ok(types);
         }
         Ok(types
             .into_iter()
             .map(|t| {
                 let gone = |o: &crate::core::scheduling::Offering| {
-                    state
-                        .unavailable
-                        .contains(&(t.name.clone(), o.zone.clone(), o.capacity_type))
+                    self.unavailable
+                        .is_unavailable(&t.name, &o.zone, o.capacity_type, now)
                 };
                 if !t.offerings.iter().any(gone) {
                     return t;
@@ -230,7 +232,7 @@ impl CloudProvider for SimCloud {
             offering.capacity_type,
         );
         if state.scarce.contains(&key) {
-            state.unavailable.insert(key);
+            self.unavailable.mark(&key.0, &key.1, key.2, Instant::now());
             return Err(CloudError::InsufficientCapacity {
                 offered: 1,
                 errors: format!("{}/{}: InsufficientInstanceCapacity", t.name, offering.zone),
@@ -323,9 +325,8 @@ impl CloudProvider for SimCloud {
     }
 
     fn offering_unavailable(&self, instance_type: &str, zone: &str, capacity: CapacityType) {
-        self.state()
-            .unavailable
-            .insert((instance_type.into(), zone.into(), capacity));
+        self.unavailable
+            .mark(instance_type, zone, capacity, Instant::now());
     }
 
     /// One subnet per zone the catalog offers, one security group, one AMI per architecture.

@@ -1,4 +1,4 @@
-//! Offerings EC2 recently said it has no capacity for. An insufficient-capacity error makes an
+//! Offerings EC2 recently said it has no capacity for (the AWS cloud's and the simulated one's). An insufficient-capacity error makes an
 //! (instance type, zone, capacity type) unavailable for a while, so the next launch (and the
 //! solver) tries the rest instead of hitting the same empty pool again.
 
@@ -55,6 +55,13 @@ impl Unavailable {
         map.retain(|_, until| *until > now);
         map.contains_key(&(instance_type.to_string(), zone.to_string(), capacity))
     }
+
+    /// Whether no offering is unavailable at `now` (the common case, checked first).
+    pub fn is_empty(&self, now: Instant) -> bool {
+        self.until
+            .lock()
+            .map_or(true, |map| map.values().all(|until| *until <= now))
+    }
 }
 
 #[cfg(test)]
@@ -65,12 +72,15 @@ mod tests {
     fn an_offering_is_unavailable_for_three_minutes_only() {
         let cache = Unavailable::default();
         let t0 = Instant::now();
+        assert!(cache.is_empty(t0));
         cache.mark("m5.large", "us-east-1a", CapacityType::Spot, t0);
+        assert!(!cache.is_empty(t0));
         assert!(cache.is_unavailable("m5.large", "us-east-1a", CapacityType::Spot, t0));
         assert!(!cache.is_unavailable("m5.large", "us-east-1a", CapacityType::OnDemand, t0));
         assert!(!cache.is_unavailable("m5.large", "us-east-1b", CapacityType::Spot, t0));
         let later = t0 + TTL + Duration::from_millis(1);
         assert!(!cache.is_unavailable("m5.large", "us-east-1a", CapacityType::Spot, later));
+        assert!(cache.is_empty(later));
     }
 
     #[test]

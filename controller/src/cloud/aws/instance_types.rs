@@ -11,7 +11,7 @@ use std::time::Instant;
 use aws_sdk_ec2::types::{InstanceTypeInfo, LocationType, UsageClassType};
 
 use super::reservations::Reservations;
-use super::unavailable::Unavailable;
+use crate::cloud::unavailable::Unavailable;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
 use crate::core::catalog::{Catalog, Shape};

@@ -16,7 +16,6 @@ pub mod resolve;
 pub mod sqs;
 pub mod tags;
 pub mod templates;
-pub mod unavailable;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -37,7 +36,7 @@ use crate::metrics::Metrics;
 use instance_types::RegionOfferings;
 use reservations::Reservations;
 pub use sqs::Sqs;
-use unavailable::Unavailable;
+use crate::cloud::unavailable::Unavailable;
 
 pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,
