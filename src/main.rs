@@ -121,7 +121,8 @@ enum Command {
         #[command(subcommand)]
         what: CatalogWhat,
     },
-    /// Benchmark the scheduler: one solve on a profile, with figures (pods/s, price, gap).
+    /// Benchmarks with figures: one scheduler solve on a profile (pods/s, price, gap), or one
+    /// disruption decision over a cluster after a scale-down.
     Bench {
         #[command(subcommand)]
         what: BenchWhat,
@@ -241,6 +242,17 @@ enum BenchWhat {
         /// Synthetic instance types (upstream profile only).
         #[arg(long, default_value_t = 400)]
         instance_types: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// One disruption decision over a cluster after a scale-down: the `aws` profile's pods
+    /// solved onto nodes, then a share of them gone.
+    Consolidation {
+        #[arg(long, default_value_t = 10000)]
+        pods: usize,
+        /// Percent of the pods gone before the decision.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+        removed: u8,
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
@@ -407,6 +419,17 @@ fn run(cli: &Cli, output: Output) -> Result<ExitCode, Failure> {
         } => {
             let out = commands::bench::run(*profile, *pods, *instance_types, *seed)?;
             shown(output, &out, out.exit_code())
+        }
+        Command::Bench {
+            what:
+                BenchWhat::Consolidation {
+                    pods,
+                    removed,
+                    seed,
+                },
+        } => {
+            let out = commands::bench::consolidation(*pods, usize::from(*removed), *seed)?;
+            shown(output, &out, ExitCode::SUCCESS)
         }
         Command::Convert { files } => {
             let out = commands::convert::convert(files)?;

@@ -93,3 +93,75 @@ pub fn run(
         problems: problems.into_iter().take(5).collect(),
     })
 }
+
+/// Figures of one disruption decision over a cluster after a scale-down.
+#[derive(Debug, Serialize)]
+pub struct ConsolidationFigures {
+    pub pods: usize,
+    pub pods_left: usize,
+    pub nodes: usize,
+    /// Making the cluster (solving the workload onto nodes): not part of the decision.
+    pub build_seconds: f64,
+    pub decision_seconds: f64,
+    /// The decision's method (`Underutilized`, `Empty`, ...), or none when every node stays.
+    pub method: Option<&'static str>,
+    pub candidates: usize,
+    pub replacements: usize,
+    pub saving_per_hour: f64,
+    /// Nodes kept, each with a reason.
+    pub kept: usize,
+    pub price_per_hour: f64,
+    /// A fresh solve of the pods left onto new nodes: what a settled cluster could cost.
+    pub fresh_solve_per_hour: f64,
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// `jointer bench consolidation`: `pods` pods of the `aws` profile solved onto nodes, then
+/// `removed_percent` of them gone, and one disruption decision over all the nodes, timed.
+pub fn consolidation(
+    pods: usize,
+    removed_percent: usize,
+    seed: u64,
+) -> anyhow::Result<ConsolidationFigures> {
+    use jointer_controller::core::benchmark::cluster;
+    use jointer_controller::core::disruption::{decide, Inputs};
+    use jointer_controller::core::scheduling::Problem;
+    use jointer_controller::core::state::types_of_pools;
+
+    let started = Instant::now();
+    let c = cluster::after_scale_down(pods, removed_percent, seed)?;
+    let build_seconds = started.elapsed().as_secs_f64();
+    let (types_of_pool, _) = types_of_pools(&c.snapshot, &c.types_of_class);
+    let now = cluster::NOW.parse()?;
+    let started = Instant::now();
+    let decision = decide(&Inputs {
+        snapshot: &c.snapshot,
+        types_of_class: &c.types_of_class,
+        types_of_pool: &types_of_pool,
+        now,
+        settle: std::time::Duration::from_secs(30),
+        spot_to_spot: false,
+        policies: Default::default(),
+        timeouts: Default::default(),
+    });
+    let decision_seconds = started.elapsed().as_secs_f64();
+    let mut fresh = benchmark::aws(0, seed)?;
+    fresh.pods = c.pods_left.clone();
+    let fresh: &Problem = &fresh;
+    let command = decision.command.as_ref();
+    Ok(ConsolidationFigures {
+        pods,
+        pods_left: c.pods_left.len(),
+        nodes: c.snapshot.nodes.len(),
+        build_seconds,
+        decision_seconds,
+        method: command.map(|c| c.method.as_str()),
+        candidates: command.map_or(0, |c| c.candidates.len()),
+        replacements: command.map_or(0, |c| c.replacements.len()),
+        saving_per_hour: command.map_or(0.0, |c| c.saving),
+        kept: decision.kept.len(),
+        price_per_hour: c.price_per_hour,
+        fresh_solve_per_hour: solve(fresh).price_per_hour(),
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{print_diagnostics, print_json, Format, Print};
-use crate::commands::bench::Figures;
+use crate::commands::bench::{ConsolidationFigures, Figures};
 use crate::commands::catalog::Refreshed;
 use crate::commands::convert::Conversion;
 use crate::commands::explain::Explanation;
@@ -367,4 +367,36 @@ fn print_figures(f: &Figures) {
         "bound last         {} spread pods refused if bound after every other pod",
         f.refused_if_bound_last
     );
+}
+
+impl Print for ConsolidationFigures {
+    fn print(&self, format: Format) -> anyhow::Result<()> {
+        match format {
+            Format::Json => print_json(&serde_json::to_value(self)?)?,
+            Format::Text => print_consolidation(self),
+        }
+        Ok(())
+    }
+}
+
+fn print_consolidation(f: &ConsolidationFigures) {
+    println!("pods               {} ({} left)", f.pods, f.pods_left);
+    println!("nodes              {}", f.nodes);
+    println!("cluster built in   {:.3} s", f.build_seconds);
+    println!("decision           {:.3} s", f.decision_seconds);
+    match f.method {
+        Some(m) => println!(
+            "command            {m}: {} node(s), {} replacement(s), saving ${:.2}/hour",
+            f.candidates, f.replacements, f.saving_per_hour
+        ),
+        None => println!("command            none (every node kept)"),
+    }
+    println!("kept with a reason {}", f.kept);
+    println!(
+        "price              ${:.2}/hour now; a fresh solve of the pods left ${:.2}/hour",
+        f.price_per_hour, f.fresh_solve_per_hour
+    );
+    if let Some(rss) = f.peak_rss_bytes {
+        println!("peak memory        {:.1} MB", rss as f64 / 1e6);
+    }
 }

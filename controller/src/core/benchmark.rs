@@ -5,6 +5,8 @@
 //! relaxation — the cheapest *fractional* mix of instance types covering the pods' total CPU,
 //! memory and pod count — which no real plan can beat.
 
+pub mod cluster;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
