@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -18,7 +19,7 @@ use crate::api::nodeclaim::NodeClaim;
 use crate::api::NodePool;
 use crate::core::buffer;
 use crate::core::nodeclaim::from_plan;
-use crate::core::scheduling::{solve_with, Plan, PodKey, Rejection};
+use crate::core::scheduling::{solve_with, NodeClaimPlan, Plan, PodKey, Rejection};
 use crate::core::state::{build, pods_to_place, Built, Snapshot};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::runtime::Context;
@@ -30,6 +31,8 @@ const TICK: Duration = Duration::from_millis(200);
 const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
 /// The same why-pending message is not repeated on a pod more often than this.
 const EVENT_REPEAT: Duration = Duration::from_secs(300);
+/// API writes (NodeClaims, Events) in flight at once.
+const WRITES_AT_ONCE: usize = 16;
 
 /// The metric label of a rejection.
 fn reason_label(r: &Rejection) -> &'static str {
@@ -149,17 +152,37 @@ async fn provision(
     let pools: HashMap<String, &Arc<NodePool>> =
         snap.nodepools.iter().map(|p| (p.name_any(), p)).collect();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let claims: Vec<(&NodeClaimPlan, NodeClaim)> = plan
+        .nodeclaims
+        .iter()
+        .filter_map(|planned| {
+            let pool = pools.get(&planned.pool)?;
+            let class = snap
+                .nodeclasses
+                .iter()
+                .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+            Some((planned, from_plan(planned, pool, class.map(|c| c.as_ref()))))
+        })
+        .collect();
+    // Side by side: a thousand NodeClaims one round trip after another would hold the last
+    // launch back by seconds.
+    let results: Vec<_> = futures::stream::iter(claims.iter().map(|(planned, claim)| {
+        let api = &api;
+        async move { (*planned, api.create(&PostParams::default(), claim).await) }
+    }))
+    .buffer_unordered(WRITES_AT_ONCE)
+    .collect()
+    .await;
     let mut created = Vec::new();
-    for planned in &plan.nodeclaims {
-        let Some(pool) = pools.get(&planned.pool) else {
-            continue;
+    let mut failed = Vec::new();
+    for (planned, result) in results {
+        let made = match result {
+            Ok(made) => made,
+            Err(e) => {
+                failed.push(e);
+                continue;
+            }
         };
-        let class = snap
-            .nodeclasses
-            .iter()
-            .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
-        let claim = from_plan(planned, pool, class.map(|c| c.as_ref()));
-        let made = api.create(&PostParams::default(), &claim).await?;
         let name = made.name_any();
         created.push(name.clone());
         Metrics::count_pool(&ctx.metrics.nodeclaims_created, &planned.pool);
@@ -198,6 +221,14 @@ async fn provision(
     ctx.stores
         .await_nodeclaims(&created, Duration::from_secs(5))
         .await;
+    if let Some(first) = failed.first() {
+        // Their pods are still pending: the next pass plans them again.
+        anyhow::bail!(
+            "{} of {} NodeClaims could not be created: {first}",
+            failed.len(),
+            claims.len()
+        );
+    }
     Ok(())
 }
 
@@ -225,6 +256,7 @@ async fn report_unschedulable(
     events: &mut HashMap<PodKey, (String, Instant)>,
 ) {
     let mut counts: HashMap<&'static str, i64> = HashMap::new();
+    let mut to_tell: Vec<(&Arc<Pod>, String)> = Vec::new();
     // A buffer's placeholders are no pods to tell or count: its status says it waits.
     for u in plan
         .unschedulable
@@ -257,9 +289,15 @@ async fn report_unschedulable(
             continue;
         };
         tracing::warn!(pod = %format!("{}/{}", u.pod.namespace, u.pod.name), reason = %message, "pod cannot be provisioned for");
-        pod_event(ctx, pod, &message).await;
+        to_tell.push((*pod, message.clone()));
         events.insert(u.pod.clone(), (message, Instant::now()));
     }
+    // Thousands of pods held by a limit each get their Event: side by side, or one pass
+    // would spend a minute on round trips.
+    futures::stream::iter(to_tell.iter().map(|(pod, message)| pod_event(ctx, pod, message)))
+        .buffer_unordered(WRITES_AT_ONCE)
+        .collect::<Vec<()>>()
+        .await;
     ctx.metrics.pods_pending.clear();
     for (reason, n) in counts {
         ctx.metrics
