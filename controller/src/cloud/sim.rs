@@ -15,10 +15,10 @@ use super::{
     arch_requirement, CloudError, CloudProvider, InstanceState, InterruptionQueue, Launched,
     OwnedInstance, QueueMessage, Resolution, TypesOfClass,
 };
-use crate::cloud::unavailable::Unavailable;
 use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
 use crate::api::nodeclaim::{instance_key, NodeClaim};
+use crate::cloud::unavailable::Unavailable;
 use crate::core::scheduling::{CapacityType, Requirements, Resources};
 
 use crate::api::labels;

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::runtime::events::EventType;
+use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
 
 use crate::api::nodeclaim::NodeClaim;
@@ -166,16 +166,22 @@ async fn provision(
         .collect();
     // Side by side: a thousand NodeClaims one round trip after another would hold the last
     // launch back by seconds.
-    let results: Vec<_> = futures::stream::iter(claims.iter().map(|(planned, claim)| {
-        let api = &api;
-        async move { (*planned, api.create(&PostParams::default(), claim).await) }
-    }))
-    .buffer_unordered(WRITES_AT_ONCE)
-    .collect()
-    .await;
+    let creates: Vec<_> = claims
+        .iter()
+        .enumerate()
+        .map(|(i, (_, claim))| {
+            let (api, claim) = (api.clone(), claim.clone());
+            async move { (i, api.create(&PostParams::default(), &claim).await) }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(creates)
+        .buffer_unordered(WRITES_AT_ONCE)
+        .collect()
+        .await;
     let mut created = Vec::new();
     let mut failed = Vec::new();
-    for (planned, result) in results {
+    for (i, result) in results {
+        let planned = claims[i].0;
         let made = match result {
             Ok(made) => made,
             Err(e) => {
@@ -232,9 +238,9 @@ async fn provision(
     Ok(())
 }
 
-async fn pod_event(ctx: &Context, pod: &Pod, message: &str) {
+async fn pod_event(recorder: &Recorder, pod: &Pod, message: &str) {
     crate::runtime::events::publish(
-        &ctx.recorder,
+        recorder,
         pod,
         EventType::Warning,
         "FailedProvisioning",
@@ -294,7 +300,14 @@ async fn report_unschedulable(
     }
     // Thousands of pods held by a limit each get their Event: side by side, or one pass
     // would spend a minute on round trips.
-    futures::stream::iter(to_tell.iter().map(|(pod, message)| pod_event(ctx, pod, message)))
+    let publishes: Vec<_> = to_tell
+        .into_iter()
+        .map(|(pod, message)| {
+            let (recorder, pod) = (ctx.recorder.clone(), pod.clone());
+            async move { pod_event(&recorder, &pod, &message).await }
+        })
+        .collect();
+    futures::stream::iter(publishes)
         .buffer_unordered(WRITES_AT_ONCE)
         .collect::<Vec<()>>()
         .await;

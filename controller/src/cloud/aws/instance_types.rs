@@ -11,9 +11,9 @@ use std::time::Instant;
 use aws_sdk_ec2::types::{InstanceTypeInfo, LocationType, UsageClassType};
 
 use super::reservations::Reservations;
-use crate::cloud::unavailable::Unavailable;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
+use crate::cloud::unavailable::Unavailable;
 use crate::core::catalog::{Catalog, Shape};
 use crate::core::disruption::price::RESERVED_PRICE_FACTOR;
 use crate::core::scheduling::overhead::kubelet_settings;

@@ -25,6 +25,7 @@ use kube::ResourceExt;
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
+use crate::cloud::unavailable::Unavailable;
 use crate::cloud::{
     CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
 };
@@ -36,7 +37,6 @@ use crate::metrics::Metrics;
 use instance_types::RegionOfferings;
 use reservations::Reservations;
 pub use sqs::Sqs;
-use crate::cloud::unavailable::Unavailable;
 
 pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,

@@ -45,18 +45,18 @@ fn object<T: serde::de::DeserializeOwned>(value: Value) -> Result<Arc<T>, Cluste
 
 fn pool() -> Value {
     json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": POOL, "uid": "bench-uid"},
-        "spec": {
-            "template": {"spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
-                "requirements": [
-                    {"key": labels::INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m", "r"]},
-                    {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]},
-                    {"key": labels::ARCH, "operator": "In", "values": ["amd64", "arm64"]},
-                ],
-            }},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
-        }})
+    "metadata": {"name": POOL, "uid": "bench-uid"},
+    "spec": {
+        "template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
+            "requirements": [
+                {"key": labels::INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m", "r"]},
+                {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]},
+                {"key": labels::ARCH, "operator": "In", "values": ["amd64", "arm64"]},
+            ],
+        }},
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
+    }})
 }
 
 fn class() -> Value {
@@ -73,7 +73,11 @@ fn node_of(index: usize, planned: &NodeClaimPlan) -> Option<(Value, Value, f64)>
     let name = format!("bench-{index:05}");
     let mut node_labels = serde_json::Map::new();
     for (key, r) in itype.requirements.iter() {
-        if let Some(v) = r.values().filter(|v| v.len() == 1).and_then(|v| v.iter().next()) {
+        if let Some(v) = r
+            .values()
+            .filter(|v| v.len() == 1)
+            .and_then(|v| v.iter().next())
+        {
             node_labels.insert(key.clone(), json!(v));
         }
     }
@@ -88,13 +92,13 @@ fn node_of(index: usize, planned: &NodeClaimPlan) -> Option<(Value, Value, f64)>
     }
     let provider_id = format!("aws:///{}/i-{index:017x}", offering.zone);
     let node = json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": node_labels},
-        "spec": {"providerID": provider_id},
-        "status": {
-            "capacity": quantities(&itype.capacity),
-            "allocatable": quantities(&itype.allocatable),
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }});
+    "metadata": {"name": name, "labels": node_labels},
+    "spec": {"providerID": provider_id},
+    "status": {
+        "capacity": quantities(&itype.capacity),
+        "allocatable": quantities(&itype.allocatable),
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }});
     let claim = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": format!("claim-{index:05}"), "labels": node_labels, "creationTimestamp": LONG_AGO},
         "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL}},
@@ -135,7 +139,10 @@ pub fn after_scale_down(
         let Some((node, claim, price)) = node_of(index, planned) else {
             continue;
         };
-        let node_name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let node_name = node["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         snapshot.nodes.push(object(node)?);
         snapshot.nodeclaims.push(object(claim)?);
         price_per_hour += price;

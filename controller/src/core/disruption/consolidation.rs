@@ -17,7 +17,7 @@ use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::buffer::{self, buffer_name};
 use crate::core::pods::must_evict;
 use crate::core::scheduling::{
-    solve_with, CapacityType, ExistingNode, InstanceType, Plan, PoolInput, Policies, Problem,
+    solve_with, CapacityType, ExistingNode, InstanceType, Plan, Policies, PoolInput, Problem,
     Requirement, SchedPod,
 };
 use crate::core::state::{build, registered_nodes};

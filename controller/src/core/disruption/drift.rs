@@ -19,7 +19,7 @@ use crate::core::scheduling::Requirements;
 
 use super::candidates::Found;
 use super::consolidation::reschedule;
-use super::{Budgets, Command, Pass, Method};
+use super::{Budgets, Command, Method, Pass};
 
 fn fnv(v: &Value) -> String {
     let text = serde_json::to_string(v).unwrap_or_default();

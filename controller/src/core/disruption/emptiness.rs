@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use super::candidates::{Candidate, Found};
 use super::consolidation::reschedule;
 use super::price::claim_price;
-use super::{Budgets, Command, Pass, Method};
+use super::{Budgets, Command, Method, Pass};
 use crate::api::nodepool::DisruptionReason;
 use crate::core::buffer;
 use crate::core::scheduling::Plan;

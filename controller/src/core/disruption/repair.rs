@@ -18,7 +18,7 @@ use kube::ResourceExt;
 
 use super::candidates::{Candidate, Found};
 use super::consolidation::reschedule;
-use super::{Budgets, Command, Pass, Method};
+use super::{Budgets, Command, Method, Pass};
 use crate::api::labels::{DO_NOT_REPAIR, NODEPOOL};
 use crate::api::nodepool::DisruptionReason;
 use crate::core::pods::since;
