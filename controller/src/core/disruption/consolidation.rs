@@ -11,14 +11,13 @@ use kube::ResourceExt;
 use super::balanced::{self, PoolTotals, Score};
 use super::candidates::{Candidate, Found};
 use super::price::{claim_price, worst_price};
-use super::{Budgets, Command, Inputs, Method, Pass};
+use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::buffer::{self, buffer_name};
-use crate::core::pods::must_evict;
+use crate::core::drain::with_disrupted_taint;
 use crate::core::scheduling::{
-    solve_with, CapacityType, ExistingNode, InstanceType, Plan, Policies, PoolInput, Problem,
-    Requirement, SchedPod,
+    solve_with, CapacityType, InstanceType, Plan, PodKey, Policies, Requirement,
 };
 use crate::core::state::{build, registered_nodes};
 
@@ -83,7 +82,7 @@ pub fn allowed<'f, 'a>(
 /// Several nodes at once: the longest prefix (at most 100, binary search) whose pods fit the
 /// rest of the cluster plus at most one cheaper node.
 pub fn multi_node(
-    inputs: &Pass,
+    inputs: &Inputs,
     allowed: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
 ) -> Option<Command> {
@@ -114,7 +113,7 @@ pub fn multi_node(
 
 /// One node: the first that can go; each other one is kept with why not.
 pub fn single_node(
-    inputs: &Pass,
+    inputs: &Inputs,
     allowed: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
     kept: &mut Vec<(String, String)>,
@@ -139,73 +138,50 @@ pub fn single_node(
     None
 }
 
-/// The cluster as every simulation of one pass starts from, built once: the pools, the nodes
-/// and NodeClaims in flight (the candidates among them), and the CapacityBuffer pods the
-/// cluster has room for now (as upstream, buffer pods are pods that need a home, so a node that
-/// holds headroom is not taken away; placeholders with no room even now stop nothing).
-pub struct Base {
-    pools: Vec<PoolInput>,
-    existing: Vec<ExistingNode>,
-    headroom: Vec<SchedPod>,
-}
-
-impl Base {
-    pub fn new(inputs: &Inputs) -> Base {
-        let built = build(inputs.snapshot, inputs.types_of_class);
-        let housed = buffer::housed(
-            registered_nodes(inputs.snapshot),
-            buffer::sched_pods(&inputs.snapshot.buffers),
-        );
-        Base {
-            pools: built.problem.pools,
-            existing: built.problem.existing,
-            headroom: built
-                .problem
-                .pods
-                .into_iter()
-                .filter(|p| buffer::is_virtual(&p.key) && housed.contains(&p.key))
-                .collect(),
-        }
-    }
-}
-
-/// Where the candidates' pods would go without them: the solver over the rest of the cluster
-/// (the pass's [`Base`] without the candidates' nodes), with the headroom that has room now.
-pub fn reschedule(inputs: &Pass, cands: &[&Candidate]) -> Result<Plan, String> {
-    let base = inputs.base();
-    let going: BTreeSet<String> = cands.iter().map(|c| c.node.name_any()).collect();
-    // Theirs as the provisioner would place them were the nodes going: the pods that must
-    // move, in the cluster's order.
-    let mut pods: Vec<SchedPod> = inputs
-        .snapshot
-        .pods
+/// Where the candidates' pods would go without them: the solver over the rest of the cluster.
+/// The CapacityBuffer headroom that exists now must find room too (as upstream, buffer pods
+/// are pods that need a home), so a node that holds it is not taken away; placeholders the
+/// cluster has no room for even now do not stop consolidation.
+pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
+    let headroom = buffer::housed(
+        registered_nodes(inputs.snapshot),
+        buffer::sched_pods(&inputs.snapshot.buffers),
+    );
+    let mut snap = inputs.snapshot.clone();
+    // Seen as going, the candidates' nodes are left out and their pods are placed again.
+    let going: Vec<String> = cands.iter().map(|c| c.node.name_any()).collect();
+    snap.nodes = snap
+        .nodes
         .iter()
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| going.contains(n))
-                && p.metadata.deletion_timestamp.is_none()
-                && must_evict(p)
+        .map(|n| {
+            if !going.contains(&n.name_any()) {
+                return n.clone();
+            }
+            let mut node = n.as_ref().clone();
+            if let Some(taints) = with_disrupted_taint(&node) {
+                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+            }
+            Arc::new(node)
         })
-        .map(|p| SchedPod::from_k8s(p, None))
         .collect();
-    pods.extend(base.headroom.iter().cloned());
-    let problem = Problem {
-        pools: base.pools.clone(),
-        existing: base
-            .existing
-            .iter()
-            .filter(|e| !going.contains(&e.name))
-            .cloned()
-            .collect(),
-        pods,
-    };
+    let mut built = build(&snap, inputs.types_of_class);
+    let theirs: Vec<PodKey> = cands
+        .iter()
+        .flat_map(|c| &c.pods)
+        .map(|p| PodKey {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+        })
+        .collect();
+    built
+        .problem
+        .pods
+        .retain(|p| theirs.contains(&p.key) || headroom.contains(&p.key));
     let policies = Policies {
         keep_node_count: true,
         ..inputs.policies
     };
-    let plan = solve_with(&problem, policies);
+    let plan = solve_with(&built.problem, policies);
     if let Some(u) = plan.unschedulable.first() {
         if buffer::is_virtual(&u.pod) {
             return Err(format!(
@@ -258,7 +234,7 @@ fn balanced_shortfall(
 /// Delete the candidates, or replace them with one node strictly cheaper than their sum;
 /// under `Balanced`, only when the savings are worth the disruption.
 fn simulate(
-    inputs: &Pass,
+    inputs: &Inputs,
     cands: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
 ) -> Result<Command, String> {
@@ -269,7 +245,7 @@ fn simulate(
     }
 }
 
-fn move_for(inputs: &Pass, cands: &[&Candidate]) -> Result<Command, String> {
+fn move_for(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
     let price: f64 = cands
         .iter()
         .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))

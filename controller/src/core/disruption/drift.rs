@@ -19,7 +19,7 @@ use crate::core::scheduling::Requirements;
 
 use super::candidates::Found;
 use super::consolidation::reschedule;
-use super::{Budgets, Command, Method, Pass};
+use super::{Budgets, Command, Inputs, Method};
 
 fn fnv(v: &Value) -> String {
     let text = serde_json::to_string(v).unwrap_or_default();
@@ -132,7 +132,7 @@ pub fn drifted(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>)
 
 /// The drift method: one drifted node within its pool's `Drifted` budgets, whose pods go
 /// where the rest of the cluster has room, with new nodes launched first for those that need one.
-pub fn command(inputs: &Pass, found: &mut Found, budgets: &Budgets) -> Option<Command> {
+pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<Command> {
     for (c, why) in &found.drifted {
         let name = c.claim.name_any();
         if budgets.allowed(c.pool, DisruptionReason::Drifted) == 0 {

@@ -9,12 +9,12 @@ use kube::ResourceExt;
 use super::candidates::{Candidate, Found};
 use super::consolidation::reschedule;
 use super::price::claim_price;
-use super::{Budgets, Command, Method, Pass};
+use super::{Budgets, Command, Inputs, Method};
 use crate::api::nodepool::DisruptionReason;
 use crate::core::buffer;
 use crate::core::scheduling::Plan;
 
-pub fn command(inputs: &Pass, found: &mut Found, budgets: &Budgets) -> Option<Command> {
+pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<Command> {
     let mut empty = Vec::new();
     let mut used: HashMap<String, usize> = HashMap::new();
     let mut kept = Vec::new();

@@ -14,9 +14,7 @@ pub mod expiration;
 pub mod price;
 pub mod repair;
 
-use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,35 +104,6 @@ pub struct Inputs<'a> {
     pub spot_to_spot: bool,
 }
 
-/// One pass: the inputs (every field reads through), and the cluster every simulation of the
-/// pass starts from, built by the first one that needs it rather than once per candidate.
-pub struct Pass<'i, 'a> {
-    inputs: &'i Inputs<'a>,
-    base: OnceCell<consolidation::Base>,
-}
-
-impl<'i, 'a> Pass<'i, 'a> {
-    pub fn new(inputs: &'i Inputs<'a>) -> Self {
-        Pass {
-            inputs,
-            base: OnceCell::new(),
-        }
-    }
-
-    fn base(&self) -> &consolidation::Base {
-        self.base
-            .get_or_init(|| consolidation::Base::new(self.inputs))
-    }
-}
-
-impl<'a> Deref for Pass<'_, 'a> {
-    type Target = Inputs<'a>;
-
-    fn deref(&self) -> &Inputs<'a> {
-        self.inputs
-    }
-}
-
 /// How long each consolidation method may search in one pass (upstream: 1 and 3 minutes;
 /// `MULTI_NODE_CONSOLIDATION_TIMEOUT`, `SINGLE_NODE_CONSOLIDATION_TIMEOUT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,8 +139,6 @@ impl Budgets<'_> {
 }
 
 pub fn decide(inputs: &Inputs) -> Decision {
-    let pass = Pass::new(inputs);
-    let inputs = &pass;
     let mut found = candidates::find(inputs);
     // Balanced pools score moves against their totals, taken once for the pass.
     let totals = balanced::pool_totals(

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 
 use super::candidates::{Candidate, Found};
 use super::consolidation::reschedule;
-use super::{Budgets, Command, Method, Pass};
+use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels::{DO_NOT_REPAIR, NODEPOOL};
 use crate::api::nodepool::DisruptionReason;
 use crate::core::pods::since;
@@ -236,7 +236,7 @@ fn opted_out(c: &Candidate) -> bool {
 
 /// The repair method over the live nodes: the most overdue unhealthy node its pool lets go, its
 /// pods placed on the rest of the cluster, with new nodes launched first for those that need one.
-pub fn command(inputs: &Pass, found: &mut Found, budgets: &Budgets) -> Option<Command> {
+pub fn command(inputs: &Inputs, found: &mut Found, budgets: &Budgets) -> Option<Command> {
     let policies = AWS_POLICIES;
     let tripped = tripped_pools(&inputs.snapshot.nodes, policies);
     let mut due: Vec<(&Candidate, Unhealthy)> = Vec::new();
