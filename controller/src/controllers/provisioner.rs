@@ -152,7 +152,7 @@ async fn provision(
     let pools: HashMap<String, &Arc<NodePool>> =
         snap.nodepools.iter().map(|p| (p.name_any(), p)).collect();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let claims: Vec<(&NodeClaimPlan, NodeClaim)> = plan
+    let (planned_claims, claims): (Vec<&NodeClaimPlan>, Vec<NodeClaim>) = plan
         .nodeclaims
         .iter()
         .filter_map(|planned| {
@@ -163,14 +163,15 @@ async fn provision(
                 .find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
             Some((planned, from_plan(planned, pool, class.map(|c| c.as_ref()))))
         })
-        .collect();
+        .unzip();
     // Side by side: a thousand NodeClaims one round trip after another would hold the last
     // launch back by seconds.
+    let wanted = claims.len();
     let creates: Vec<_> = claims
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, (_, claim))| {
-            let (api, claim) = (api.clone(), claim.clone());
+        .map(|(i, claim)| {
+            let api = api.clone();
             async move { (i, api.create(&PostParams::default(), &claim).await) }
         })
         .collect();
@@ -181,7 +182,7 @@ async fn provision(
     let mut created = Vec::new();
     let mut failed = Vec::new();
     for (i, result) in results {
-        let planned = claims[i].0;
+        let planned = planned_claims[i];
         let made = match result {
             Ok(made) => made,
             Err(e) => {
@@ -232,7 +233,7 @@ async fn provision(
         anyhow::bail!(
             "{} of {} NodeClaims could not be created: {first}",
             failed.len(),
-            claims.len()
+            wanted
         );
     }
     Ok(())
