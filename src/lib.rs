@@ -6,12 +6,16 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api_versions;
+#[cfg(feature = "aws")]
 pub mod bootstrap;
+#[cfg(feature = "aws")]
 pub mod cluster;
 pub mod commands;
 pub mod failure;
 pub mod fuzzing;
+#[cfg(feature = "aws")]
 pub mod image;
 pub mod input;
+#[cfg(feature = "aws")]
 pub mod output;
 pub mod progress;

@@ -34,6 +34,9 @@ phase "test environment: gap layer and node-join simulator smoke tests"
 phase "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+phase "cargo clippy without the aws feature (the library the fuzz targets link)"
+cargo clippy -p jointer --lib --no-default-features --locked -- -D warnings
+
 phase "cargo test --workspace"
 cargo test --workspace --locked
 

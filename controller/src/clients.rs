@@ -2,6 +2,7 @@
 //! the same code runs in CI, on a laptop and in a pod, and tests only point the standard
 //! variables (`KUBECONFIG`, `AWS_ENDPOINT_URL`, `AWS_REGION`) at the local test environment.
 
+#[cfg(feature = "aws")]
 /// AWS configuration from the standard chain (environment, profiles, web identity for IRSA,
 /// the EKS Pod Identity agent, IMDS). `AWS_ENDPOINT_URL` redirects every service client,
 /// which is how tests reach the local AWS server.

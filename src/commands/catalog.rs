@@ -2,13 +2,17 @@
 //! (Pricing `GetProducts`) and current spot prices (EC2 `DescribeSpotPriceHistory`) into a
 //! local cache, which `simulate` then prefers over the estimate model.
 
-use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+// Fetching prices is AWS; reading the cache is not (`simulate` does it offline).
+#[cfg(feature = "aws")]
+mod refresh;
 
-use anyhow::Context;
-use jointer_controller::cloud::aws::pricing;
+use std::path::PathBuf;
+
 use jointer_controller::core::catalog::PriceOverrides;
 use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "aws")]
+pub use refresh::refresh;
 
 use crate::progress::Progress;
 
@@ -61,49 +65,4 @@ impl Refreshed {
     pub fn spot_prices(&self) -> usize {
         self.cached.prices.spot.values().map(|z| z.len()).sum()
     }
-}
-
-/// Fetches on-demand and spot prices for `region` and writes the cache.
-pub async fn refresh(region: &str, progress: &dyn Progress) -> anyhow::Result<Refreshed> {
-    let config = jointer_controller::clients::aws_config(Some(region)).await;
-    let pricing = pricing::pricing_client(&config);
-    let on_demand = pricing::on_demand(&pricing, region, |pages, types| {
-        progress.count(&format!(
-            "fetching on-demand prices: {pages} page(s), {types} types"
-        ))
-    })
-    .await?;
-    progress.count_done();
-    let ec2 = aws_sdk_ec2::Client::new(&config);
-    let spot = pricing::spot(&ec2, |pages, pairs| {
-        progress.count(&format!(
-            "fetching spot prices: {pages} page(s), {pairs} type×zone"
-        ))
-    })
-    .await?;
-    progress.count_done();
-    let prices = PriceOverrides { on_demand, spot };
-
-    let cached = CachedPrices {
-        region: region.to_string(),
-        fetched_at: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        prices,
-    };
-    let path = cache_file(region).context("no cache directory: set JOINTER_CACHE_DIR or HOME")?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    // Write then rename: a crash never leaves a half-written cache behind.
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&cached)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(Refreshed {
-        region: region.to_string(),
-        cached,
-        path,
-    })
 }

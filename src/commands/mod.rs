@@ -5,10 +5,12 @@
 pub mod bench;
 pub mod catalog;
 pub mod convert;
+#[cfg(feature = "aws")]
 pub mod explain;
 pub mod init;
 pub mod lint;
 pub mod render;
 pub mod simulate;
 mod static_pools;
+#[cfg(feature = "aws")]
 pub mod status;

@@ -2,6 +2,7 @@
 //! launches real EC2 instances, `sim` is the in-process cloud behind `jointer simulate` and the
 //! controllers' tests (it records launches and terminations and fails on request).
 
+#[cfg(feature = "aws")]
 pub mod aws;
 pub mod sim;
 pub mod unavailable;
