@@ -23,8 +23,8 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::provisioning::{
-    class_ready, deployment, instance_id, instances, instances_by_claim, nodeclaims, put_ec2_event,
-    running, scale, world_claims, write_templates, Scene,
+    claim_of, class_ready, cluster_instances, deployment, instance_id, instances_by_claim,
+    nodeclaims, put_ec2_event, running, scale, world_claims, write_templates, Scene,
 };
 use crate::support::harness::{cpus, env_number};
 use crate::support::testenv::{self, wait_for};
@@ -89,6 +89,9 @@ struct Settled {
     stuck_finalizers: usize,
     unhandled_messages: usize,
     tainted_nodes: usize,
+    /// Pool Nodes no NodeClaim accounts for (by provider ID): room the provisioner might
+    /// count that no pod can use.
+    phantom_nodes: usize,
 }
 
 async fn queued(s: &Setup) -> usize {
@@ -133,15 +136,27 @@ async fn settled(s: &Setup, admin: &kube::Client, ns: &str, apps: &[(&str, usize
     }
     let claims = world_claims(admin, &s.cluster).await;
     let named: BTreeSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    let live = instances(s).await;
-    let leaked_instances = instances_by_claim(s)
+    let leaked_instances = cluster_instances(s, &["pending", "running"])
         .await
         .iter()
-        .filter(|(claim, _)| !named.contains(*claim))
-        .flat_map(|(_, ids)| ids)
-        .filter(|id| live.contains_key(*id))
+        .filter(|i| !named.contains(claim_of(i)))
         .count();
     let nodes: Api<Node> = Api::all(admin.clone());
+    let claimed: BTreeSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.data["status"]["providerID"].as_str())
+        .collect();
+    let phantom_nodes = nodes
+        .list(&ListParams::default().labels("karpenter.sh/nodepool"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .iter()
+        .filter(|n| {
+            let id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            !id.is_some_and(|id| claimed.contains(id))
+        })
+        .count();
     let mut tainted_nodes = 0;
     for claim in claims
         .iter()
@@ -162,6 +177,7 @@ async fn settled(s: &Setup, admin: &kube::Client, ns: &str, apps: &[(&str, usize
             .count(),
         unhandled_messages: queued(s).await,
         tainted_nodes,
+        phantom_nodes,
     }
 }
 

@@ -161,9 +161,11 @@ pub(crate) fn running(pods: &[Pod]) -> usize {
         .count()
 }
 
-/// (type, zone, lifecycle) of each of the cluster's live instances in moto.
 /// The cluster's instances (by its ownership tag) in any of `states` (every state if none).
-async fn cluster_instances(s: &Setup, states: &[&str]) -> Vec<aws_sdk_ec2::types::Instance> {
+pub(crate) async fn cluster_instances(
+    s: &Setup,
+    states: &[&str],
+) -> Vec<aws_sdk_ec2::types::Instance> {
     let mut call = s.ec2.describe_instances().filters(
         aws_sdk_ec2::types::Filter::builder()
             .name(format!("tag:kubernetes.io/cluster/{}", s.cluster))
@@ -185,6 +187,7 @@ async fn cluster_instances(s: &Setup, states: &[&str]) -> Vec<aws_sdk_ec2::types
         .collect()
 }
 
+/// (type, zone, lifecycle) of each of the cluster's live instances in moto.
 pub(crate) async fn instances(s: &Setup) -> BTreeMap<String, (String, String, String)> {
     cluster_instances(s, &["pending", "running"])
         .await
@@ -888,17 +891,20 @@ pub(crate) fn instance_id(claim: &DynamicObject) -> String {
 
 /// Every instance of the cluster ever launched (terminated too), by the NodeClaim it is
 /// tagged for.
+/// The NodeClaim an instance was launched for (its `karpenter.sh/nodeclaim` tag).
+pub(crate) fn claim_of(i: &aws_sdk_ec2::types::Instance) -> &str {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some("karpenter.sh/nodeclaim"))
+        .and_then(|t| t.value())
+        .unwrap_or("(none)")
+}
+
 pub(crate) async fn instances_by_claim(s: &Setup) -> BTreeMap<String, Vec<String>> {
     let mut by_claim: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in cluster_instances(s, &[]).await {
-        let claim = i
-            .tags()
-            .iter()
-            .find(|t| t.key() == Some("karpenter.sh/nodeclaim"))
-            .and_then(|t| t.value())
-            .unwrap_or("(none)");
         by_claim
-            .entry(claim.to_string())
+            .entry(claim_of(&i).to_string())
             .or_default()
             .push(i.instance_id().unwrap_or_default().to_string());
     }

@@ -1,5 +1,7 @@
 //! Scale figures on the real test environment (a benchmark harness, run on purpose):
-//! `SCALE_PODS=10000 cargo test --test it scale -- --ignored --nocapture`.
+//! `SCALE_PODS=10000 cargo test --test it scale::scale -- --ignored --nocapture`. The suite
+//! runs a 200-node version of its scale-up and interruption phases
+//! (`scale::two_hundred_nodes`).
 //!
 //! `jointer apply` on a world, the controller as a local process, and a mixed workload of
 //! `SCALE_PODS` pods (default 1,000): 40 % of 250m spread over zones, 30 % of 500m, 20 % of
@@ -22,8 +24,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::json;
 
 use super::provisioning::{
-    class_ready, condition, deployment, dynamic, fixture_prices, nodeclaims, write_templates,
-    Scene, WORLD_LABEL,
+    class_ready, condition, deployment, dynamic, fixture_prices, instances_by_claim, nodeclaims,
+    write_templates, Scene, WORLD_LABEL,
 };
 use crate::support::controller::Controller;
 use crate::support::harness::env_number;
@@ -193,91 +195,186 @@ async fn fresh_solve(s: &Setup, deployments: &Api<Deployment>) -> (u64, f64) {
     )
 }
 
-#[tokio::test]
-#[ignore = "a benchmark harness: prints figures, run it on purpose"]
-async fn scale() {
-    let _turn = testenv::TURN.lock().await;
-    let total = env_number("SCALE_PODS", 1000);
-    let s = Setup::new("scale", "templates: { dir: nodes }").await;
-    write_templates(
-        &s,
-        "        - { key: karpenter.k8s.aws/instance-size, operator: In, values: [2xlarge] }\n",
-    );
-    s.apply();
-    let admin = testenv::kube().await;
-    let scene = Scene::start(&s, &admin, 28340).await;
-    let (controller, ns) = (&scene.controller, scene.ns.clone());
-    class_ready(&admin, &s.cluster).await;
+/// A world under measurement: its controller and the workload's Deployments.
+struct Bench<'a> {
+    s: &'a Setup,
+    admin: kube::Client,
+    scene: Scene<'a>,
+    deployments: Api<Deployment>,
+    /// (Deployment, replicas) as created.
+    sizes: Vec<(&'static str, i32)>,
+}
 
-    // Scale-up.
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let mut wanted = 0;
-    let mut sizes = Vec::new();
-    for (name, share, cpu, extra) in workload() {
-        let replicas = (total * share / 100) as i32;
-        deployments
+impl<'a> Bench<'a> {
+    /// `jointer apply` on `s` (the general pool on 2xlarge only), the controller started, the
+    /// class Ready; no workload yet.
+    async fn start(s: &'a Setup, port: u16) -> Bench<'a> {
+        write_templates(
+            s,
+            "        - { key: karpenter.k8s.aws/instance-size, operator: In, values: [2xlarge] }\n",
+        );
+        s.apply();
+        let admin = testenv::kube().await;
+        let scene = Scene::start(s, &admin, port).await;
+        class_ready(&admin, &s.cluster).await;
+        let deployments = Api::namespaced(admin.clone(), &scene.ns);
+        Bench {
+            s,
+            admin,
+            scene,
+            deployments,
+            sizes: Vec::new(),
+        }
+    }
+
+    fn controller(&self) -> &Controller {
+        &self.scene.controller
+    }
+
+    async fn create(
+        &mut self,
+        name: &'static str,
+        replicas: i32,
+        cpu: &str,
+        extra: serde_json::Value,
+    ) {
+        self.deployments
             .create(
                 &PostParams::default(),
-                &deployment(name, &s.cluster, replicas, cpu, extra),
+                &deployment(name, &self.s.cluster, replicas, cpu, extra),
             )
             .await
             .expect("create a Deployment");
+        self.sizes.push((name, replicas));
+    }
+
+    /// Polls the world every 2 s until `done` gives a value (with the seconds since `since`),
+    /// failing the test after `limit` seconds naming `what`.
+    async fn watch<T>(
+        &self,
+        what: &str,
+        since: Instant,
+        limit: f64,
+        mut done: impl FnMut(Poll, f64) -> Option<T>,
+    ) -> T {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = since.elapsed().as_secs_f64();
+            assert!(now < limit, "{what} did not happen in {limit:.0} s");
+            if let Some(p) = poll(&self.admin, &self.scene.ns).await {
+                if let Some(v) = done(p, now) {
+                    return v;
+                }
+            }
+        }
+    }
+
+    /// Empties the world and tears it down (teardown drains every node: time in proportion).
+    async fn end(self, nodes: usize) {
+        for (name, _) in &self.sizes {
+            let _ = self
+                .deployments
+                .delete(name, &DeleteParams::default())
+                .await;
+        }
+        self.scene.end_within(180 + nodes as u64).await;
+    }
+}
+
+/// The scale-up of `total` pods of the mixed workload and [`APART`] hostname anti-affine ones.
+struct Up {
+    wanted: i32,
+    created_at: f64,
+    last_claim_at: f64,
+    running_at: f64,
+    claims: Vec<DynamicObject>,
+    calls: usize,
+    cpu_seconds: f64,
+    peak_rss_mib: f64,
+    solve_mean: f64,
+    solve_max: f64,
+}
+
+async fn scale_up(b: &mut Bench<'_>, total: u32) -> Up {
+    let mut wanted = 0;
+    for (name, share, cpu, extra) in workload() {
+        let replicas = (total * share / 100) as i32;
+        b.create(name, replicas, cpu, extra).await;
         wanted += replicas;
-        sizes.push((name, replicas));
     }
     let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
-    deployments
-        .create(
-            &PostParams::default(),
-            &deployment("apart", &s.cluster, APART, "100m", apart),
-        )
-        .await
-        .expect("create apart");
+    b.create("apart", APART, "100m", apart).await;
     wanted += APART;
-    sizes.push(("apart", APART));
     testenv::clear_calls();
     let t0 = Instant::now();
-    let cpu0 = controller.cpu_seconds().unwrap_or(0.0);
+    let cpu0 = b.controller().cpu_seconds().unwrap_or(0.0);
     let (mut created_at, mut last_claim_at, mut claims_seen) = (None, 0.0, 0);
-    let up = loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = t0.elapsed().as_secs_f64();
-        assert!(
-            now < 3600.0,
-            "the scale-up did not finish in an hour ({claims_seen} NodeClaims)"
-        );
-        let Some(p) = poll(&admin, &ns).await else {
-            continue;
-        };
-        if p.created >= wanted && created_at.is_none() {
-            created_at = Some(now);
-        }
-        if p.claims.len() > claims_seen {
-            claims_seen = p.claims.len();
-            last_claim_at = now;
-        }
-        if created_at.is_some() && p.not_running == 0 {
-            break p;
-        }
-    };
-    let running_at = t0.elapsed().as_secs_f64();
-    let created_at = created_at.unwrap_or(running_at);
-    let up_calls = testenv::calls().len();
-    let up_cpu = controller.cpu_seconds().unwrap_or(0.0) - cpu0;
-    let up_rss = controller.peak_rss_kib().unwrap_or(0);
-    let (solve_max, solve_mean) =
-        histogram(controller, "jointer_controller_scheduling_solve_seconds");
-    let nodes_up = up.claims.len();
-    let cost_up = dollars_per_hour(&up.claims);
+    let (claims, running_at) = b
+        .watch("the scale-up", t0, 3600.0, |p, now| {
+            if p.created >= wanted && created_at.is_none() {
+                created_at = Some(now);
+            }
+            if p.claims.len() > claims_seen {
+                claims_seen = p.claims.len();
+                last_claim_at = now;
+            }
+            (created_at.is_some() && p.not_running == 0).then_some((p.claims, now))
+        })
+        .await;
+    let (solve_max, solve_mean) = histogram(
+        b.controller(),
+        "jointer_controller_scheduling_solve_seconds",
+    );
+    Up {
+        wanted,
+        created_at: created_at.unwrap_or(running_at),
+        last_claim_at,
+        running_at,
+        claims,
+        calls: testenv::calls().len(),
+        cpu_seconds: b.controller().cpu_seconds().unwrap_or(0.0) - cpu0,
+        peak_rss_mib: b.controller().peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
+        solve_mean,
+        solve_max,
+    }
+}
 
-    // Consolidation: half of every Deployment goes.
+impl Up {
+    fn print(&self, sizes: &[(&str, i32)]) {
+        let nodes = self.claims.len();
+        eprintln!("SCALE FIGURES: {} pods {sizes:?}", self.wanted);
+        eprintln!(
+            "  scale-up: every pod existed after {:.1} s; the last NodeClaim was created at \
+             {:.1} s; every pod Running after {:.1} s; {nodes} nodes, ${:.2}/h",
+            self.created_at,
+            self.last_claim_at,
+            self.running_at,
+            dollars_per_hour(&self.claims)
+        );
+        eprintln!(
+            "  scale-up: solve mean {:.3} s, largest ≤ {} s; controller {:.1} CPU s, \
+             peak RSS {:.0} MiB; {} AWS calls ({:.1} per node)",
+            self.solve_mean,
+            self.solve_max,
+            self.cpu_seconds,
+            self.peak_rss_mib,
+            self.calls,
+            self.calls as f64 / nodes.max(1) as f64
+        );
+    }
+}
+
+/// Half of every Deployment goes; until the nodes settle (nothing changed for a minute,
+/// nothing going, every pod Running). Prints the figures; the settled NodeClaims.
+async fn consolidate(b: &Bench<'_>, up: &Up) -> Vec<DynamicObject> {
     testenv::clear_calls();
+    let controller = b.controller();
     let cpu1 = controller.cpu_seconds().unwrap_or(0.0);
     let t1 = Instant::now();
     let decisions0 = histogram_totals(controller, "jointer_controller_disruption_decision_seconds");
-    for (name, replicas) in &sizes {
-        deployments
+    for (name, replicas) in &b.sizes {
+        b.deployments
             .patch(
                 name,
                 &PatchParams::default(),
@@ -286,53 +383,34 @@ async fn scale() {
             .await
             .expect("scale down");
     }
+    let nodes_up = up.claims.len();
     let (mut count, mut changed_at) = (nodes_up, 0.0);
-    let settled = loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = t1.elapsed().as_secs_f64();
-        assert!(now < 3600.0, "consolidation did not settle in an hour");
-        let Some(p) = poll(&admin, &ns).await else {
-            continue;
-        };
-        let deleting = p
-            .claims
-            .iter()
-            .any(|c| c.metadata.deletion_timestamp.is_some());
-        if p.claims.len() != count || deleting {
-            count = p.claims.len();
-            changed_at = now;
-        }
-        // Settled: nothing changed for a minute, nothing going, every pod Running.
-        if now - changed_at > 60.0 && p.not_running == 0 {
-            break p;
-        }
-    };
+    let settled = b
+        .watch("consolidation settling", t1, 3600.0, |p, now| {
+            let deleting = p
+                .claims
+                .iter()
+                .any(|c| c.metadata.deletion_timestamp.is_some());
+            if p.claims.len() != count || deleting {
+                count = p.claims.len();
+                changed_at = now;
+            }
+            (now - changed_at > 60.0 && p.not_running == 0).then_some(p.claims)
+        })
+        .await;
     let down_calls = testenv::calls().len();
     let down_cpu = controller.cpu_seconds().unwrap_or(0.0) - cpu1;
     let (decision_max, _) = histogram(controller, "jointer_controller_disruption_decision_seconds");
     let decisions1 = histogram_totals(controller, "jointer_controller_disruption_decision_seconds");
     let decision_mean = (decisions1.1 - decisions0.1) / (decisions1.0 - decisions0.0).max(1.0);
-    let nodes_down = settled.claims.len();
-    let cost_down = dollars_per_hour(&settled.claims);
-    let fresh = fresh_solve(&s, &deployments).await;
-
-    eprintln!("SCALE FIGURES: {wanted} pods {sizes:?}");
-    eprintln!(
-        "  scale-up: every pod existed after {created_at:.1} s; the last NodeClaim was created at \
-         {last_claim_at:.1} s; every pod Running after {running_at:.1} s; {nodes_up} nodes, ${cost_up:.2}/h"
-    );
-    eprintln!(
-        "  scale-up: solve mean {:.3} s, largest ≤ {solve_max} s; controller {up_cpu:.1} CPU s, \
-         peak RSS {:.0} MiB; {up_calls} AWS calls ({:.1} per node)",
-        solve_mean,
-        up_rss as f64 / 1024.0,
-        up_calls as f64 / nodes_up.max(1) as f64
-    );
+    let (cost_up, cost_down) = (dollars_per_hour(&up.claims), dollars_per_hour(&settled));
+    let fresh = fresh_solve(b.s, &b.deployments).await;
     eprintln!(
         "  consolidation to half the pods: settled {changed_at:.1} s after the scale-down; \
-         {nodes_up} → {nodes_down} nodes, ${cost_up:.2}/h → ${cost_down:.2}/h; disruption decision \
+         {nodes_up} → {} nodes, ${cost_up:.2}/h → ${cost_down:.2}/h; disruption decision \
          mean {decision_mean:.3} s, largest ≤ {decision_max} s; controller {down_cpu:.1} CPU s, peak RSS \
          {:.0} MiB; {down_calls} AWS calls",
+        settled.len(),
         controller.peak_rss_kib().unwrap_or(0) as f64 / 1024.0
     );
     eprintln!(
@@ -342,29 +420,27 @@ async fn scale() {
         fresh.1,
         (cost_down / fresh.1 - 1.0) * 100.0
     );
+    settled
+}
 
-    // 100 interruption warnings at once (spot nodes first), through EventBridge as AWS sends
-    // them: until every warned node is replaced and every pod runs again.
-    let mut warned: Vec<DynamicObject> = settled.claims.clone();
-    warned.sort_by_key(|c| {
-        c.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("karpenter.sh/capacity-type"))
-            .map(String::as_str)
-            != Some("spot")
-    });
-    warned.truncate(100);
+fn capacity_type(c: &DynamicObject) -> Option<&str> {
+    c.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("karpenter.sh/capacity-type"))
+        .map(String::as_str)
+}
+
+/// Interruption warnings for up to `at_most` of `claims` at once (spot nodes first), through
+/// EventBridge as AWS sends them: until every warned node is gone and every pod runs again.
+/// Prints the figures; how many were warned.
+async fn interrupt(b: &Bench<'_>, claims: &[DynamicObject], at_most: usize) -> usize {
+    let mut warned: Vec<&DynamicObject> = claims.iter().collect();
+    warned.sort_by_key(|c| capacity_type(c) != Some("spot"));
+    warned.truncate(at_most);
     let spot = warned
         .iter()
-        .filter(|c| {
-            c.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("karpenter.sh/capacity-type"))
-                .map(String::as_str)
-                == Some("spot")
-        })
+        .filter(|c| capacity_type(c) == Some("spot"))
         .count();
     let warned_names: Vec<String> = warned
         .iter()
@@ -391,69 +467,28 @@ async fn scale() {
     }
     let mut last_registered = 0.0;
     let mut registered = std::collections::BTreeSet::new();
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = t2.elapsed().as_secs_f64();
-        assert!(
-            now < 1800.0,
-            "the interrupted nodes were not replaced in 30 minutes"
-        );
-        let Some(p) = poll(&admin, &ns).await else {
-            continue;
-        };
-        for c in &p.claims {
-            let name = c.metadata.name.clone().unwrap_or_default();
-            if condition(c, "Registered")
-                && !settled
-                    .claims
-                    .iter()
-                    .any(|o| o.metadata.name.as_deref() == Some(&name))
-                && registered.insert(name)
-            {
-                last_registered = now;
+    let interrupted_running = b
+        .watch("replacing the interrupted nodes", t2, 1800.0, |p, now| {
+            for c in &p.claims {
+                let name = c.metadata.name.clone().unwrap_or_default();
+                if condition(c, "Registered")
+                    && !claims
+                        .iter()
+                        .any(|o| o.metadata.name.as_deref() == Some(&name))
+                    && registered.insert(name)
+                {
+                    last_registered = now;
+                }
             }
-        }
-        let gone = !p.claims.iter().any(|c| {
-            c.metadata
-                .name
-                .as_ref()
-                .is_some_and(|n| warned_names.contains(n))
-        });
-        if gone && p.not_running == 0 {
-            break;
-        }
-    }
-    let interrupted_running = t2.elapsed().as_secs_f64();
-
-    // A NodePool limit reached with 1.5 × the pods pending: how long each provisioning pass
-    // takes while nothing can be launched.
-    let general = format!("general-{}", s.cluster);
-    let pools = dynamic(&admin, "karpenter.sh", "NodePool", "nodepools");
-    pools
-        .patch(
-            &general,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"limits": {"cpu": "1"}}})),
-        )
-        .await
-        .expect("limit the general pool");
-    let (count0, sum0) =
-        histogram_totals(controller, "jointer_controller_scheduling_solve_seconds");
-    let claims_before_held = poll(&admin, &ns).await.map(|p| p.claims.len()).unwrap_or(0);
-    let held = total * 3 / 2;
-    deployments
-        .create(
-            &PostParams::default(),
-            &deployment("held", &s.cluster, held as i32, "250m", json!({})),
-        )
-        .await
-        .expect("create held");
-    tokio::time::sleep(Duration::from_secs(90)).await;
-    let (count1, sum1) =
-        histogram_totals(controller, "jointer_controller_scheduling_solve_seconds");
-    let passes = count1 - count0;
-    let held_claims = poll(&admin, &ns).await.map(|p| p.claims.len()).unwrap_or(0);
-
+            let gone = !p.claims.iter().any(|c| {
+                c.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| warned_names.contains(n))
+            });
+            (gone && p.not_running == 0).then_some(now)
+        })
+        .await;
     eprintln!(
         "  {} interruption warnings at once ({spot} of them spot nodes): every warned node gone and \
          every pod Running {interrupted_running:.1} s after they were sent; the last replacement \
@@ -461,30 +496,100 @@ async fn scale() {
         warned.len(),
         interrupted_running - last_registered
     );
+    warned.len()
+}
+
+/// The general pool's limit reached with 1.5 × `total` more pods pending: how long each
+/// provisioning pass takes while nothing can be launched, over 90 s. Whether none was added.
+async fn held_by_limit(b: &mut Bench<'_>, total: u32) -> bool {
+    let general = format!("general-{}", b.s.cluster);
+    let pools = dynamic(&b.admin, "karpenter.sh", "NodePool", "nodepools");
+    let limit = |cpu: serde_json::Value| Patch::Merge(json!({"spec": {"limits": cpu}}));
+    pools
+        .patch(
+            &general,
+            &PatchParams::default(),
+            &limit(json!({"cpu": "1"})),
+        )
+        .await
+        .expect("limit the general pool");
+    let solve = "jointer_controller_scheduling_solve_seconds";
+    let (count0, sum0) = histogram_totals(b.controller(), solve);
+    let claims_before = poll(&b.admin, &b.scene.ns)
+        .await
+        .map(|p| p.claims.len())
+        .unwrap_or(0);
+    let held = total * 3 / 2;
+    b.create("held", held as i32, "250m", json!({})).await;
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    let (count1, sum1) = histogram_totals(b.controller(), solve);
+    let passes = count1 - count0;
+    let claims_after = poll(&b.admin, &b.scene.ns)
+        .await
+        .map(|p| p.claims.len())
+        .unwrap_or(0);
+    let none_added = claims_after == claims_before;
     eprintln!(
         "  {held} more pods held by the general pool's limit: {passes} provisioning passes in 90 s, \
-         {:.2} s each on average; {held_claims} NodeClaims (none added: {})",
+         {:.2} s each on average; {claims_after} NodeClaims (none added: {none_added})",
         if passes > 0.0 { (sum1 - sum0) / passes } else { f64::NAN },
-        held_claims == claims_before_held
     );
-    eprintln!(
-        "  controller peak RSS over the run {:.0} MiB, {:.1} CPU s in all",
-        controller.peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
-        controller.cpu_seconds().unwrap_or(0.0) - cpu0
-    );
-    let _ = deployments.delete("held", &DeleteParams::default()).await;
-
-    // Empty the world before teardown, so it has only empty nodes to take down.
-    for (name, _) in &sizes {
-        let _ = deployments.delete(name, &DeleteParams::default()).await;
-    }
     let _ = pools
         .patch(
             &general,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"limits": null}})),
+            &limit(serde_json::Value::Null),
         )
         .await;
-    // Teardown drains every node: give it time in proportion.
-    scene.end_within(180 + nodes_down as u64).await;
+    none_added
+}
+
+#[tokio::test]
+#[ignore = "a benchmark harness: prints figures, run it on purpose"]
+async fn scale() {
+    let _turn = testenv::TURN.lock().await;
+    let total = env_number("SCALE_PODS", 1000);
+    let s = Setup::new("scale", "templates: { dir: nodes }").await;
+    let mut b = Bench::start(&s, 28340).await;
+    let cpu0 = b.controller().cpu_seconds().unwrap_or(0.0);
+    let up = scale_up(&mut b, total).await;
+    up.print(&b.sizes);
+    let settled = consolidate(&b, &up).await;
+    interrupt(&b, &settled, 100).await;
+    held_by_limit(&mut b, total).await;
+    eprintln!(
+        "  controller peak RSS over the run {:.0} MiB, {:.1} CPU s in all",
+        b.controller().peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
+        b.controller().cpu_seconds().unwrap_or(0.0) - cpu0
+    );
+    b.end(settled.len()).await;
+}
+
+/// The suite's short version: 2,400 pods of the mixed workload onto about 200 nodes, then
+/// interruption warnings for 20 of them at once; every pod Running after each, no NodeClaim
+/// launched twice. Prints the same figures as [`scale`].
+#[tokio::test]
+async fn two_hundred_nodes() {
+    let _turn = testenv::TURN.lock().await;
+    let s = Setup::new("scale200", "templates: { dir: nodes }").await;
+    let mut b = Bench::start(&s, 28345).await;
+    let up = scale_up(&mut b, 2400).await;
+    up.print(&b.sizes);
+    assert!(
+        up.claims.len() >= 150,
+        "2,400 pods of 0.65 CPU on average need about 200 8-CPU nodes; {} NodeClaims",
+        up.claims.len()
+    );
+    assert_eq!(interrupt(&b, &up.claims, 20).await, 20);
+    let twice: Vec<_> = instances_by_claim(&s)
+        .await
+        .into_iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "NodeClaims launched twice: {twice:?}");
+    let nodes = poll(&b.admin, &b.scene.ns)
+        .await
+        .map(|p| p.claims.len())
+        .unwrap_or(0);
+    b.end(nodes).await;
 }
