@@ -567,8 +567,11 @@ async fn scale() {
 
 /// The suite's short version: 2,400 pods of the mixed workload onto about 200 nodes, then
 /// interruption warnings for 20 of them at once; every pod Running after each, no NodeClaim
-/// launched twice. Prints the same figures as [`scale`].
+/// launched twice. Prints the same figures as [`scale`]. Not yet in the suite: its first run
+/// found the collector deleting live NodeClaims past one DescribeInstances page (fixed) and
+/// has not been timed since.
 #[tokio::test]
+#[ignore = "a scale run: minutes; cargo test --test it scale::two_hundred_nodes -- --ignored"]
 async fn two_hundred_nodes() {
     let _turn = testenv::TURN.lock().await;
     let s = Setup::new("scale200", "templates: { dir: nodes }").await;

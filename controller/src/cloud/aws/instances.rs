@@ -70,23 +70,37 @@ fn launched(i: &Instance) -> Launched {
 }
 
 impl AwsCloud {
+    /// Every page: EC2 pages DescribeInstances (moto after 100 results), and an instance
+    /// missed here reads as "gone" to the garbage collector, which would delete its NodeClaim.
     async fn describe(&self, filters: Vec<Filter>) -> Result<Vec<Instance>, CloudError> {
-        let out = metered(
-            &self.metrics,
-            "ec2",
-            "DescribeInstances",
-            self.ec2
-                .describe_instances()
-                .set_filters(Some(filters))
-                .send(),
-        )
-        .await?;
-        Ok(out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .cloned()
-            .collect())
+        let mut instances = Vec::new();
+        let mut token = None;
+        loop {
+            let out = metered(
+                &self.metrics,
+                "ec2",
+                "DescribeInstances",
+                self.ec2
+                    .describe_instances()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token)
+                    .send(),
+            )
+            .await?;
+            instances.extend(
+                out.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .cloned(),
+            );
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if token.is_none() {
+                return Ok(instances);
+            }
+        }
     }
 
     pub(super) async fn find_launched_for(
