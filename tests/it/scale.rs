@@ -1,7 +1,6 @@
 //! Scale figures on the real test environment (a benchmark harness, run on purpose):
-//! `SCALE_PODS=10000 cargo test --test it scale::scale -- --ignored --nocapture`. The suite
-//! runs a 200-node version of its scale-up and interruption phases
-//! (`scale::two_hundred_nodes`).
+//! `SCALE_PODS=10000 cargo test --test it scale::scale -- --ignored --nocapture`, and a
+//! 200-node version of its scale-up and interruption phases (`scale::two_hundred_nodes`).
 //!
 //! `jointer apply` on a world, the controller as a local process, and a mixed workload of
 //! `SCALE_PODS` pods (default 1,000): 40 % of 250m spread over zones, 30 % of 500m, 20 % of
