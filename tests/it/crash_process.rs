@@ -26,7 +26,7 @@ use crate::provisioning::{
     claim_of, class_ready, cluster_instances, deployment, instance_id, instances_by_claim,
     nodeclaims, put_ec2_event, running, scale, world_claims, write_templates, Scene,
 };
-use crate::support::harness::{cpus, env_number};
+use crate::support::harness::{cpus, env_number, unclaimed_nodes};
 use crate::support::testenv::{self, wait_for};
 use crate::support::world::Setup;
 
@@ -146,17 +146,12 @@ async fn settled(s: &Setup, admin: &kube::Client, ns: &str, apps: &[(&str, usize
         .iter()
         .filter_map(|c| c.data["status"]["providerID"].as_str())
         .collect();
-    let phantom_nodes = nodes
+    let pool_nodes = nodes
         .list(&ListParams::default().labels("karpenter.sh/nodepool"))
         .await
         .map(|l| l.items)
-        .unwrap_or_default()
-        .iter()
-        .filter(|n| {
-            let id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-            !id.is_some_and(|id| claimed.contains(id))
-        })
-        .count();
+        .unwrap_or_default();
+    let phantom_nodes = unclaimed_nodes(&pool_nodes, &claimed);
     let mut tainted_nodes = 0;
     for claim in claims
         .iter()

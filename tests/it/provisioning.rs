@@ -179,9 +179,16 @@ pub(crate) async fn cluster_instances(
         }
         call = call.filters(filter.build());
     }
-    let out = call.send().await.expect("DescribeInstances");
-    out.reservations()
+    // Every page: moto pages after 100 results.
+    let pages: Vec<_> = call
+        .into_paginator()
+        .send()
+        .collect::<Result<_, _>>()
+        .await
+        .expect("DescribeInstances");
+    pages
         .iter()
+        .flat_map(|p| p.reservations())
         .flat_map(|r| r.instances())
         .cloned()
         .collect()
@@ -889,8 +896,6 @@ pub(crate) fn instance_id(claim: &DynamicObject) -> String {
         .to_string()
 }
 
-/// Every instance of the cluster ever launched (terminated too), by the NodeClaim it is
-/// tagged for.
 /// The NodeClaim an instance was launched for (its `karpenter.sh/nodeclaim` tag).
 pub(crate) fn claim_of(i: &aws_sdk_ec2::types::Instance) -> &str {
     i.tags()
@@ -900,6 +905,8 @@ pub(crate) fn claim_of(i: &aws_sdk_ec2::types::Instance) -> &str {
         .unwrap_or("(none)")
 }
 
+/// Every instance of the cluster ever launched (terminated too), by the NodeClaim it is
+/// tagged for.
 pub(crate) async fn instances_by_claim(s: &Setup) -> BTreeMap<String, Vec<String>> {
     let mut by_claim: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in cluster_instances(s, &[]).await {

@@ -29,7 +29,7 @@ use serde_json::json;
 use crate::controllers::{
     deployment, deployment_with, instance_id, nodeclaims, spot_warning, Scene,
 };
-use crate::harness::{cpus, env_number};
+use crate::harness::{cpus, env_number, unclaimed_nodes};
 use crate::testenv::{self, eventually, wait_for};
 
 const CPU_LIMIT: u64 = 40;
@@ -207,14 +207,7 @@ async fn phantom_nodes(s: &Scene, claims: &BTreeMap<String, DynamicObject>) -> u
         .values()
         .filter_map(|c| c.data["status"]["providerID"].as_str())
         .collect();
-    nodes
-        .items
-        .iter()
-        .filter(|n| {
-            let id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-            !id.is_some_and(|id| claimed.contains(id))
-        })
-        .count()
+    unclaimed_nodes(&nodes.items, &claimed)
 }
 
 async fn stale_taints(s: &Scene, claims: &BTreeMap<String, DynamicObject>) -> usize {

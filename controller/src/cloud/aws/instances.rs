@@ -73,34 +73,30 @@ impl AwsCloud {
     /// Every page: EC2 pages DescribeInstances (moto after 100 results), and an instance
     /// missed here reads as "gone" to the garbage collector, which would delete its NodeClaim.
     async fn describe(&self, filters: Vec<Filter>) -> Result<Vec<Instance>, CloudError> {
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
         let mut instances = Vec::new();
-        let mut token = None;
-        loop {
-            let out = metered(
+        while let Some(page) = pages.next().await {
+            // Metered per page: each is one call against EC2's rate limit.
+            let page = metered(
                 &self.metrics,
                 "ec2",
                 "DescribeInstances",
-                self.ec2
-                    .describe_instances()
-                    .set_filters(Some(filters.clone()))
-                    .set_next_token(token)
-                    .send(),
+                std::future::ready(page),
             )
             .await?;
             instances.extend(
-                out.reservations()
+                page.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
                     .cloned(),
             );
-            token = out
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(instances);
-            }
         }
+        Ok(instances)
     }
 
     pub(super) async fn find_launched_for(
