@@ -435,6 +435,8 @@ class Gap:
             self.addons = {}  # (region, cluster) -> {name: addon}
             self.reservations = {}  # region -> {capacityReservationId: reservation}
             self.reserved_instances = {}  # instance id -> capacityReservationId
+            # (region, ClientToken) -> the CreateFleet request and answer that token names
+            self.fleet_tokens = {}
             # (region, cluster) -> {"oidc": False, "authenticationMode": ...}: how a test
             # makes DescribeCluster report a cluster moto cannot express.
             self.cluster_overrides = {}
@@ -1491,9 +1493,46 @@ def overrides_xml(cand):
 
 
 def handle_create_fleet(gap, call):
+    """CreateFleet (instant), idempotent by ClientToken as EC2 is: the SDKs fill the token in
+    and resend it on retry, so a retry after a lost answer must get the same fleet, not a
+    second instance. A token reused with other parameters is refused; an answer that launched
+    nothing is not kept, so its retry tries again."""
     p = call.params
     if (p.get("Type") or "maintain") != "instant":
         return None
+    token = p.get("ClientToken")
+    if not token:
+        return launch_fleet(gap, call)
+    request = json.dumps({k: v for k, v in p.items() if k != "ClientToken"}, sort_keys=True, default=str)
+    with gap.lock:
+        entry = gap.fleet_tokens.get((call.region, token))
+        first = entry is None
+        if first:
+            entry = {"request": request, "done": threading.Event(), "response": None}
+            gap.fleet_tokens[(call.region, token)] = entry
+    if entry["request"] != request:
+        raise AwsError("IdempotentParameterMismatch",
+                       f"The client token {token} was used before with different parameters.")
+    if not first:
+        entry["done"].wait()  # the first request with this token is still being answered
+        if entry["response"] is not None:
+            log(f"CreateFleet token {token}: answered again with the fleet it launched")
+            return entry["response"]
+        return handle_create_fleet(gap, call)
+    try:
+        resp = launch_fleet(gap, call)
+        if b"<instanceIds><item>" in resp.body:
+            entry["response"] = resp
+    finally:
+        with gap.lock:
+            if entry["response"] is None:
+                gap.fleet_tokens.pop((call.region, token), None)
+        entry["done"].set()
+    return resp
+
+
+def launch_fleet(gap, call):
+    p = call.params
     region = call.region
     if str(p.get("DryRun", "")).lower() == "true":
         raise AwsError("DryRunOperation", "Request would have succeeded, but DryRun flag is set.", 412)
@@ -1657,8 +1696,8 @@ def handle_create_fleet(gap, call):
         + "".join(x("item", i) for i in ids)
         + f"</instanceIds>{x('instanceType', c['instance_type'])}</item>"
         for c, lc, ids in launched.values())
-    log(f"CreateFleet {fleet_id}: launched "
-        + (", ".join(f"{c['instance_type']}/{c['zone']}/{lc}x{len(ids)}" for c, lc, ids in launched.values()) or "nothing")
+    log(f"CreateFleet {fleet_id} (token {p.get('ClientToken') or '-'}): launched "
+        + (", ".join(f"{c['instance_type']}/{c['zone']}/{lc} {' '.join(ids)}" for c, lc, ids in launched.values()) or "nothing")
         + ("; errors " + ", ".join(f"{c['instance_type']}/{c['zone']}/{lc}:{code}"
                                     for c, lc, code, _ in errors) if errors else ""))
     return ec2_response("CreateFleet", f"<fleetId>{fleet_id}</fleetId><errorSet>{err_xml}</errorSet>"

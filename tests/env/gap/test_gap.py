@@ -671,6 +671,61 @@ def create_fleet_picks_the_cheapest_and_applies_the_launch_template():
 
 
 @test
+def create_fleet_is_idempotent_by_client_token():
+    """A retried CreateFleet (same ClientToken) gets the first answer, not a second instance."""
+    ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    sub = w["subnets"]["private"]
+    lt, _, _ = fleet_setup(ec2, iam, ssm, w)
+    overrides = [{"InstanceType": "c5.large", "SubnetId": sub["us-east-1b"]}]
+    token, mark = unique("token"), unique("idem")
+    launched = []
+    try:
+        first = ec2.create_fleet(**fleet_args(lt, overrides, token, mark))
+        again = ec2.create_fleet(**fleet_args(lt, overrides, token, mark))
+        ids = first["Instances"][0]["InstanceIds"]
+        launched += ids
+        assert again["FleetId"] == first["FleetId"] and again["Instances"][0]["InstanceIds"] == ids
+        tagged = [i["InstanceId"] for r in ec2.describe_instances(Filters=[
+            {"Name": "tag:jointer.dev/test", "Values": [mark]}])["Reservations"] for i in r["Instances"]]
+        assert tagged == ids, tagged
+        # The same token with other parameters is refused, as EC2 does.
+        other = [{"InstanceType": "m5.large", "SubnetId": sub["us-east-1a"]}]
+        try:
+            ec2.create_fleet(**fleet_args(lt, other, token, mark))
+            raise AssertionError("a reused token with other parameters was accepted")
+        except botocore.exceptions.ClientError as e:
+            assert e.response["Error"]["Code"] == "IdempotentParameterMismatch", e.response
+        # An answer that launched nothing is not kept: its retry launches once capacity is back.
+        ice = {"instance_type": "c5.large", "zone": "us-east-1b", "capacity_type": "on-demand"}
+        assert control("POST", "/_gap/faults", {"ice": [ice]})[0] == 200
+        token2 = unique("token")
+        out = ec2.create_fleet(**fleet_args(lt, overrides, token2, mark))
+        assert out["Instances"] == [] and out["Errors"][0]["ErrorCode"] == "InsufficientInstanceCapacity"
+        assert control("DELETE", "/_gap/faults")[0] == 200
+        out = ec2.create_fleet(**fleet_args(lt, overrides, token2, mark))
+        launched += out["Instances"][0]["InstanceIds"]
+        assert out["Instances"][0]["InstanceIds"] != ids
+    finally:
+        control("DELETE", "/_gap/faults")
+        if launched:
+            ec2.terminate_instances(InstanceIds=launched)
+
+
+def fleet_args(lt_id, overrides, token, mark):
+    return dict(
+        Type="instant", ClientToken=token,
+        LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {"LaunchTemplateId": lt_id,
+                                                                "Version": "$Latest"},
+                                "Overrides": overrides}],
+        TargetCapacitySpecification={"TotalTargetCapacity": 1,
+                                     "DefaultTargetCapacityType": "on-demand"},
+        TagSpecifications=[{"ResourceType": "instance",
+                            "Tags": [{"Key": "jointer.dev/test", "Value": mark}]}],
+    )
+
+
+@test
 def create_fleet_insufficient_capacity():
     ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
     w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
