@@ -35,6 +35,9 @@ pub fn orphans(
 
 /// One pass: terminate orphans, delete NodeClaims whose instance is gone.
 pub async fn collect(ctx: &Context) -> anyhow::Result<()> {
+    // Before the NodeClaims are listed: an instance launched since then may be for a
+    // NodeClaim the list missed, and must not be judged an orphan against a later clock.
+    let listed_at = Timestamp::now();
     let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     let listed = claims.list(&ListParams::default()).await?.items;
     let claimed: BTreeMap<String, String> = listed
@@ -64,7 +67,7 @@ pub async fn collect(ctx: &Context) -> anyhow::Result<()> {
         .map(|i| (instance_key(&i.provider_id), i.provider_id.as_str()))
         .collect();
     let grace = ctx.settings.gc_grace;
-    let orphans = orphans(&instances, &ids, Timestamp::now(), grace);
+    let orphans = orphans(&instances, &ids, listed_at, grace);
     if !orphans.is_empty() {
         let provider_ids: Vec<String> = orphans
             .iter()
