@@ -164,7 +164,8 @@ def launch_template(ec2, image, sgs, profile_arn, data, name=None):
         })["LaunchTemplate"]["LaunchTemplateId"]
 
 
-def fleet(ec2, lt_id, overrides, capacity_type="on-demand", total=1, tags=None, od_strategy=None):
+def fleet(ec2, lt_id, overrides, capacity_type="on-demand", total=1, tags=None, od_strategy=None,
+          token=None):
     kwargs = dict(
         Type="instant",
         LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {"LaunchTemplateId": lt_id,
@@ -175,6 +176,8 @@ def fleet(ec2, lt_id, overrides, capacity_type="on-demand", total=1, tags=None, 
         SpotOptions={"AllocationStrategy": "price-capacity-optimized"},
         OnDemandOptions={"AllocationStrategy": od_strategy or "lowest-price"},
     )
+    if token:
+        kwargs["ClientToken"] = token  # else botocore fills one in, as every SDK does
     if tags:
         kwargs["TagSpecifications"] = [{"ResourceType": rt, "Tags": [{"Key": k, "Value": v}
                                                                      for k, v in tags.items()]}
@@ -681,8 +684,8 @@ def create_fleet_is_idempotent_by_client_token():
     token, mark = unique("token"), unique("idem")
     launched = []
     try:
-        first = ec2.create_fleet(**fleet_args(lt, overrides, token, mark))
-        again = ec2.create_fleet(**fleet_args(lt, overrides, token, mark))
+        first = fleet(ec2, lt, overrides, tags={"jointer.dev/test": mark}, token=token)
+        again = fleet(ec2, lt, overrides, tags={"jointer.dev/test": mark}, token=token)
         ids = first["Instances"][0]["InstanceIds"]
         launched += ids
         assert again["FleetId"] == first["FleetId"] and again["Instances"][0]["InstanceIds"] == ids
@@ -692,7 +695,7 @@ def create_fleet_is_idempotent_by_client_token():
         # The same token with other parameters is refused, as EC2 does.
         other = [{"InstanceType": "m5.large", "SubnetId": sub["us-east-1a"]}]
         try:
-            ec2.create_fleet(**fleet_args(lt, other, token, mark))
+            fleet(ec2, lt, other, tags={"jointer.dev/test": mark}, token=token)
             raise AssertionError("a reused token with other parameters was accepted")
         except botocore.exceptions.ClientError as e:
             assert e.response["Error"]["Code"] == "IdempotentParameterMismatch", e.response
@@ -700,29 +703,16 @@ def create_fleet_is_idempotent_by_client_token():
         ice = {"instance_type": "c5.large", "zone": "us-east-1b", "capacity_type": "on-demand"}
         assert control("POST", "/_gap/faults", {"ice": [ice]})[0] == 200
         token2 = unique("token")
-        out = ec2.create_fleet(**fleet_args(lt, overrides, token2, mark))
+        out = fleet(ec2, lt, overrides, tags={"jointer.dev/test": mark}, token=token2)
         assert out["Instances"] == [] and out["Errors"][0]["ErrorCode"] == "InsufficientInstanceCapacity"
         assert control("DELETE", "/_gap/faults")[0] == 200
-        out = ec2.create_fleet(**fleet_args(lt, overrides, token2, mark))
+        out = fleet(ec2, lt, overrides, tags={"jointer.dev/test": mark}, token=token2)
         launched += out["Instances"][0]["InstanceIds"]
         assert out["Instances"][0]["InstanceIds"] != ids
     finally:
         control("DELETE", "/_gap/faults")
         if launched:
             ec2.terminate_instances(InstanceIds=launched)
-
-
-def fleet_args(lt_id, overrides, token, mark):
-    return dict(
-        Type="instant", ClientToken=token,
-        LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {"LaunchTemplateId": lt_id,
-                                                                "Version": "$Latest"},
-                                "Overrides": overrides}],
-        TargetCapacitySpecification={"TotalTargetCapacity": 1,
-                                     "DefaultTargetCapacityType": "on-demand"},
-        TagSpecifications=[{"ResourceType": "instance",
-                            "Tags": [{"Key": "jointer.dev/test", "Value": mark}]}],
-    )
 
 
 @test
