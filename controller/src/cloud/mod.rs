@@ -152,7 +152,8 @@ pub type TypesOfClass = HashMap<String, Vec<Arc<InstanceType>>>;
 ///
 /// Contracts every implementation keeps:
 /// - `launch` starts at most one instance per call and tags it with the NodeClaim's name, so
-///   `find_launched` finds it after a crash lost the answer: a NodeClaim never gets two.
+///   `find_launched` finds it (live or ended) after a crash or a stale read lost the answer:
+///   a NodeClaim never gets two.
 /// - An offering that failed for lack of capacity (in `launch`, or marked by
 ///   `offering_unavailable`) is left out of `instance_types` for a while.
 /// - `terminate` and `instance_state` treat an instance the cloud no longer knows as gone;
@@ -176,8 +177,13 @@ pub trait CloudProvider: Send + Sync {
         overlays: &PoolOverlays,
     ) -> Result<(Launched, Arc<InstanceType>), CloudError>;
 
-    /// The live instance launched for the NodeClaim named `claim`, if there is one.
-    async fn find_launched(&self, claim: &str) -> Result<Option<Launched>, CloudError>;
+    /// The instance launched for the NodeClaim named `claim` and whether it still runs: the
+    /// live one if there is one, else one that already ended (so a NodeClaim whose instance
+    /// was terminated before its status recorded the launch is not launched again).
+    async fn find_launched(
+        &self,
+        claim: &str,
+    ) -> Result<Option<(Launched, InstanceState)>, CloudError>;
 
     async fn instance_state(&self, provider_id: &str) -> Result<InstanceState, CloudError>;
 

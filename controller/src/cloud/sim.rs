@@ -278,13 +278,17 @@ impl CloudProvider for SimCloud {
         Ok((launched, t.clone()))
     }
 
-    async fn find_launched(&self, claim: &str) -> Result<Option<Launched>, CloudError> {
+    async fn find_launched(
+        &self,
+        claim: &str,
+    ) -> Result<Option<(Launched, InstanceState)>, CloudError> {
         Ok(self
             .state()
             .instances
             .values()
-            .find(|i| i.nodeclaim == claim && i.state == InstanceState::Live)
-            .map(|i| i.launched.clone()))
+            .filter(|i| i.nodeclaim == claim)
+            .min_by_key(|i| i.state != InstanceState::Live)
+            .map(|i| (i.launched.clone(), i.state)))
     }
 
     async fn instance_state(&self, provider_id: &str) -> Result<InstanceState, CloudError> {

@@ -32,6 +32,30 @@ fn not_ours(provider_id: &str) -> CloudError {
 }
 
 /// What the controller records of an instance it finds rather than launches.
+/// Every EC2 instance state, for a lookup that must see ended instances too.
+const ALL_STATES: [&str; 6] = [
+    "pending",
+    "running",
+    "stopping",
+    "stopped",
+    "shutting-down",
+    "terminated",
+];
+
+fn state_name(i: &Instance) -> Option<String> {
+    i.state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_string())
+}
+
+/// An instance shutting down, terminated or unknown is gone; any other state is paid for.
+fn state_named(name: Option<&str>) -> InstanceState {
+    match name {
+        None | Some("terminated" | "shutting-down") => InstanceState::Gone,
+        Some(_) => InstanceState::Live,
+    }
+}
+
 fn launched(i: &Instance) -> Launched {
     let spot = i.instance_lifecycle().is_some_and(|l| l.as_str() == "spot");
     let zone = i
@@ -102,15 +126,22 @@ impl AwsCloud {
     pub(super) async fn find_launched_for(
         &self,
         claim: &str,
-    ) -> Result<Option<Launched>, CloudError> {
-        let mut filters = owned_instance_filters(&self.cluster.name, &["pending", "running"]);
+    ) -> Result<Option<(Launched, InstanceState)>, CloudError> {
+        // Every state: EC2 lists an ended instance for about an hour, and a NodeClaim whose
+        // instance ended must not get a second one.
+        let mut filters = owned_instance_filters(&self.cluster.name, &ALL_STATES);
         filters.push(
             Filter::builder()
                 .name(format!("tag:{}", labels::NODECLAIM_TAG))
                 .values(claim)
                 .build(),
         );
-        Ok(self.describe(filters).await?.first().map(launched))
+        let found = self.describe(filters).await?;
+        let with_state = |i: &Instance| (launched(i), state_named(state_name(i).as_deref()));
+        Ok(found
+            .iter()
+            .map(with_state)
+            .min_by_key(|(_, state)| *state != InstanceState::Live))
     }
 
     pub(super) async fn state_of(&self, provider_id: &str) -> Result<InstanceState, CloudError> {
@@ -127,18 +158,11 @@ impl AwsCloud {
                 .reservations()
                 .iter()
                 .flat_map(|r| r.instances())
-                .find_map(|i| {
-                    i.state()
-                        .and_then(|s| s.name())
-                        .map(|n| n.as_str().to_string())
-                }),
+                .find_map(state_name),
             Err(e) if e.is(codes::INSTANCE_UNKNOWN) => None,
             Err(e) => return Err(e),
         };
-        Ok(match state.as_deref() {
-            None | Some("terminated" | "shutting-down") => InstanceState::Gone,
-            Some(_) => InstanceState::Live,
-        })
+        Ok(state_named(state.as_deref()))
     }
 
     pub(super) async fn terminate_all(&self, provider_ids: &[String]) -> Result<(), CloudError> {

@@ -143,7 +143,10 @@ impl CloudProvider for AwsCloud {
         self.launch_one(claim, class, &types).await
     }
 
-    async fn find_launched(&self, claim: &str) -> Result<Option<Launched>, CloudError> {
+    async fn find_launched(
+        &self,
+        claim: &str,
+    ) -> Result<Option<(Launched, InstanceState)>, CloudError> {
         self.find_launched_for(claim).await
     }
 

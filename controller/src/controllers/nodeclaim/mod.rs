@@ -108,7 +108,16 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
     finalizers::ensure(&api, claim.as_ref(), labels::TERMINATION_FINALIZER).await?;
     let mut status = claim.status.clone().unwrap_or_default();
     if status.provider_id.is_none() {
-        return launch(&api, &claim, status, &ctx).await;
+        // The store can lag behind this controller's own status write under load: read the
+        // NodeClaim itself before launching, so a recorded launch is never redone.
+        let Some(fresh) = api.get_opt(&name).await? else {
+            return Ok(Action::await_change());
+        };
+        let fresh_status = fresh.status.clone().unwrap_or_default();
+        if fresh.metadata.deletion_timestamp.is_some() || fresh_status.provider_id.is_some() {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        return launch(&api, &fresh, fresh_status, &ctx).await;
     }
     let provider_id = status.provider_id.clone().unwrap_or_default();
     if !is_true(&status.conditions, REGISTERED) {
@@ -183,7 +192,19 @@ async fn launch(
         .find(|c| &c.name_any() == class_name);
     let overlays = pool_overlays(ctx, claim).await?;
     let result = match (ctx.cloud.find_launched(&name).await?, class) {
-        (Some(launched), Some(class)) => {
+        (Some((launched, InstanceState::Gone)), _) => {
+            // Its instance ended before the launch was recorded: launching again would give
+            // the NodeClaim a second instance. Pending pods get a new NodeClaim instead.
+            let why = format!(
+                "its instance {} ended before the launch was recorded",
+                launched.provider_id
+            );
+            tracing::warn!(nodeclaim = %name, reason = %why, "deleting NodeClaim");
+            event(ctx, claim, EventType::Warning, "InstanceTerminated", why).await;
+            api.delete(&name, &DeleteParams::background()).await?;
+            return Ok(Action::await_change());
+        }
+        (Some((launched, InstanceState::Live)), Some(class)) => {
             tracing::info!(nodeclaim = %name, instance = %launched.provider_id, "found the instance of an earlier launch; adopting it");
             adopt(ctx, launched, class, &overlays).await
         }
@@ -373,7 +394,11 @@ async fn terminate(
     // The instance: the recorded one, or one a crashed launch made but never recorded.
     let instance = match status.provider_id.clone() {
         Some(id) => Some(id),
-        None => ctx.cloud.find_launched(&name).await?.map(|l| l.provider_id),
+        None => ctx
+            .cloud
+            .find_launched(&name)
+            .await?
+            .map(|(l, _)| l.provider_id),
     };
     let deadline = drain_policy::deadline(claim);
     if let Some(at) = deadline {
