@@ -69,6 +69,8 @@ struct State {
     /// (instance type, zone, capacity type) EC2 would have no capacity for.
     scarce: BTreeSet<(String, String, CapacityType)>,
     launch_calls: usize,
+    /// How long listing the owned instances takes (EC2 pages through hundreds of them).
+    listing_delay: std::time::Duration,
 }
 
 /// Architectures the class's AMIs exist for (Windows AMIs are x86 only).
@@ -101,6 +103,12 @@ impl SimCloud {
         self.state()
             .scarce
             .insert((instance_type.into(), zone.into(), capacity));
+    }
+
+    /// Listing the owned instances takes this long from now on; what it returns is read at
+    /// the end, as a slow DescribeInstances answers with what runs when it is done.
+    pub fn slow_listing(&self, by: std::time::Duration) {
+        self.state().listing_delay = by;
     }
 
     /// Every instance launched so far, terminated ones included.
@@ -315,6 +323,8 @@ impl CloudProvider for SimCloud {
     }
 
     async fn owned_instances(&self) -> Result<Vec<OwnedInstance>, CloudError> {
+        let delay = self.state().listing_delay;
+        tokio::time::sleep(delay).await;
         Ok(self
             .state()
             .instances

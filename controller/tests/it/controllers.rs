@@ -791,6 +791,106 @@ async fn a_node_that_never_registers_is_given_up_and_its_instance_terminated() {
     s.finish().await;
 }
 
+/// The controllers were killed after a launch returned and before its NodeClaim recorded it,
+/// and the instance ended while they were down (a spot reclaim): the restarted controllers
+/// find the ended instance by its tag and delete the NodeClaim instead of launching again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodeclaim_whose_unrecorded_instance_ended_is_deleted_not_launched_again() {
+    use jointer_controller::api::nodeclaim::NodeClaim;
+    use jointer_controller::api::EC2NodeClass;
+    use jointer_controller::cloud::CloudProvider;
+    use jointer_controller::core::overlay::PoolOverlays;
+
+    let _turn = crate::testenv::TURN.lock().await;
+    let mut s = Scene::start("ip-ended", json!({}), |_| {}).await;
+    s.crash().await;
+    let name = format!("{}-lost", s.name);
+    let claim = json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {labels::NODEPOOL: s.name, SCENE_LABEL: s.name}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": s.name},
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            ],
+        },
+    });
+    create(&nodeclaims(&s.client), claim).await;
+    let claim = Api::<NodeClaim>::all(s.client.clone())
+        .get(&name)
+        .await
+        .expect("the NodeClaim");
+    let class = Api::<EC2NodeClass>::all(s.client.clone())
+        .get(&s.name)
+        .await
+        .expect("the EC2NodeClass");
+    let (launched, _) = s
+        .sim
+        .launch(&claim, &class, &PoolOverlays::default())
+        .await
+        .expect("the launch whose answer the crash lost");
+    s.sim
+        .terminate(std::slice::from_ref(&launched.provider_id))
+        .await
+        .expect("terminate");
+    s.restart();
+    wait_for("the NodeClaim to be deleted", WAIT, || async {
+        nodeclaims(&s.client)
+            .get_opt(&name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let why = s.events(&name, "InstanceTerminated").await;
+    assert!(
+        why.iter().any(|m| m.contains(&launched.provider_id)),
+        "{why:?}"
+    );
+    assert_eq!(
+        s.sim.launch_calls(),
+        1,
+        "no second launch for the NodeClaim"
+    );
+    s.finish().await;
+}
+
+/// An instance launched while the garbage collector lists a slow cloud belongs to a NodeClaim
+/// the collector's NodeClaim list predates: it is not an orphan, however long the listing
+/// took. (At 200 nodes a listing slower than the grace period terminated live instances.)
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_launched_during_a_slow_listing_are_not_collected() {
+    let _turn = crate::testenv::TURN.lock().await;
+    // No consolidation: every instance that ends here ends by garbage collection.
+    let never = json!({"disruption": {"consolidateAfter": "Never"}});
+    let s = Scene::start("ip-gcrace", never, |s| s.gc_grace = Duration::from_secs(1)).await;
+    // Three times the grace period: most launches land inside a listing.
+    s.sim.slow_listing(Duration::from_secs(3));
+    for i in 0..6 {
+        s.pod(&format!("steady-{i}"), "3", json!({"app": "steady"}))
+            .await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let nodes = running_on(&s, "steady", 6).await;
+    // Two more listings, each of which sees every launch.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let launched = s.sim.instances();
+    assert_eq!(
+        s.sim.terminated(),
+        Vec::<String>::new(),
+        "no live instance collected"
+    );
+    assert_eq!(
+        launched.len(),
+        nodes.len(),
+        "one instance per node, none relaunched: {launched:?}"
+    );
+    s.sim.slow_listing(Duration::ZERO);
+    s.finish().await;
+}
+
 /// The Node (by provider ID) of the scene, if one joined.
 async fn node_of(s: &Scene, provider_id: &str) -> Option<Node> {
     let nodes: Api<Node> = Api::all(s.client.clone());
