@@ -252,6 +252,19 @@ impl Scene {
         Api::namespaced(self.client.clone(), &self.name)
     }
 
+    /// Waits until the NodeClaim `name` no longer exists.
+    async fn claim_deleted(&self, what: &str, name: &str) {
+        wait_for(what, WAIT, || async {
+            nodeclaims(&self.client)
+                .get_opt(name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
     pub(crate) async fn claims(&self) -> Vec<DynamicObject> {
         let selector = format!("{}={}", labels::NODEPOOL, self.name);
         nodeclaims(&self.client)
@@ -779,15 +792,7 @@ async fn a_node_that_never_registers_is_given_up_and_its_instance_terminated() {
         why.iter().any(|m| m.contains("no Node registered")),
         "{why:?}"
     );
-    wait_for("the NodeClaim to be deleted", WAIT, || async {
-        nodeclaims(&s.client)
-            .get_opt(&claim)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    s.claim_deleted("the NodeClaim to be deleted", &claim).await;
     s.finish().await;
 }
 
@@ -835,15 +840,7 @@ async fn a_nodeclaim_whose_unrecorded_instance_ended_is_deleted_not_launched_aga
         .await
         .expect("terminate");
     s.restart();
-    wait_for("the NodeClaim to be deleted", WAIT, || async {
-        nodeclaims(&s.client)
-            .get_opt(&name)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    s.claim_deleted("the NodeClaim to be deleted", &name).await;
     let why = s.events(&name, "InstanceTerminated").await;
     assert!(
         why.iter().any(|m| m.contains(&launched.provider_id)),
@@ -988,19 +985,8 @@ async fn a_drain_waits_for_a_pod_disruption_budget_and_then_terminates() {
     pdbs.delete("db", &DeleteParams::default())
         .await
         .expect("delete pdb");
-    wait_for(
-        "the NodeClaim to go once the pod is evicted",
-        WAIT,
-        || async {
-            nodeclaims(&s.client)
-                .get_opt(&claim)
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    s.claim_deleted("the NodeClaim to go once the pod is evicted", &claim)
+        .await;
     assert_eq!(s.sim.terminated().len(), 1, "the instance is terminated");
     assert!(
         nodes.get_opt(&node).await.expect("get").is_none(),

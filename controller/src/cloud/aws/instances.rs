@@ -31,7 +31,6 @@ fn not_ours(provider_id: &str) -> CloudError {
     }
 }
 
-/// What the controller records of an instance it finds rather than launches.
 /// Every EC2 instance state, for a lookup that must see ended instances too.
 const ALL_STATES: [&str; 6] = [
     "pending",
@@ -56,6 +55,7 @@ fn state_named(name: Option<&str>) -> InstanceState {
     }
 }
 
+/// What the controller records of an instance it finds rather than launches.
 fn launched(i: &Instance) -> Launched {
     let spot = i.instance_lifecycle().is_some_and(|l| l.as_str() == "spot");
     let zone = i

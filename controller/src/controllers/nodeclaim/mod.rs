@@ -70,6 +70,21 @@ async fn event(ctx: &Context, claim: &NodeClaim, type_: EventType, reason: &str,
     crate::runtime::events::publish(&ctx.recorder, claim, type_, reason, reason, &note).await;
 }
 
+/// Deletes a NodeClaim the lifecycle cannot carry on with, saying why in a Warning event.
+async fn give_up(
+    api: &Api<NodeClaim>,
+    ctx: &Context,
+    claim: &NodeClaim,
+    reason: &str,
+    why: String,
+) -> Result<Action, Error> {
+    let name = claim.name_any();
+    tracing::warn!(nodeclaim = %name, reason, why = %why, "deleting NodeClaim");
+    event(ctx, claim, EventType::Warning, reason, why).await;
+    api.delete(&name, &DeleteParams::background()).await?;
+    Ok(Action::await_change())
+}
+
 async fn patch_status(
     api: &Api<NodeClaim>,
     name: &str,
@@ -128,10 +143,7 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
                     "no Node registered for {provider_id} within {}",
                     minutes(timeout)
                 );
-                tracing::warn!(nodeclaim = %name, reason = %why, "deleting NodeClaim");
-                event(&ctx, &claim, EventType::Warning, "RegistrationTimeout", why).await;
-                api.delete(&name, &DeleteParams::background()).await?;
-                return Ok(Action::await_change());
+                return give_up(&api, &ctx, &claim, "RegistrationTimeout", why).await;
             }
             return Ok(Action::requeue(PROGRESS));
         };
@@ -199,10 +211,7 @@ async fn launch(
                 "its instance {} ended before the launch was recorded",
                 launched.provider_id
             );
-            tracing::warn!(nodeclaim = %name, reason = %why, "deleting NodeClaim");
-            event(ctx, claim, EventType::Warning, "InstanceTerminated", why).await;
-            api.delete(&name, &DeleteParams::background()).await?;
-            return Ok(Action::await_change());
+            return give_up(api, ctx, claim, "InstanceTerminated", why).await;
         }
         (Some((launched, InstanceState::Live)), Some(class)) => {
             tracing::info!(nodeclaim = %name, instance = %launched.provider_id, "found the instance of an earlier launch; adopting it");
@@ -251,9 +260,7 @@ async fn launch(
             let timeout = ctx.settings.launch_timeout;
             if age(claim) > timeout {
                 let why = format!("not launched within {}: {message}", minutes(timeout));
-                event(ctx, claim, EventType::Warning, "LaunchTimeout", why).await;
-                api.delete(&name, &DeleteParams::background()).await?;
-                return Ok(Action::await_change());
+                return give_up(api, ctx, claim, "LaunchTimeout", why).await;
             }
             let changed = !status
                 .conditions
