@@ -4,6 +4,7 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod class_types;
 pub mod sim;
 pub mod unavailable;
 

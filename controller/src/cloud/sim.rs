@@ -18,6 +18,7 @@ use super::{
 use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
 use crate::api::nodeclaim::{instance_key, NodeClaim};
+use crate::cloud::class_types::{mark_unavailable, ClassTypes};
 use crate::cloud::unavailable::Unavailable;
 use crate::core::scheduling::{CapacityType, Requirements, Resources};
 
@@ -26,7 +27,7 @@ use crate::api::EC2NodeClass;
 use crate::core::ami_family::Family;
 use crate::core::catalog::{Catalog, CatalogError, PriceOverrides};
 use crate::core::overlay::PoolOverlays;
-use crate::core::scheduling::overhead::kubelet_settings;
+use crate::core::scheduling::overhead::{kubelet_settings, KubeletSettings};
 use crate::core::scheduling::InstanceType;
 
 /// Where the instance types (and so the prices) of a simulation come from.
@@ -46,6 +47,7 @@ pub struct SimCloud {
     state: Mutex<State>,
     /// Offerings left out after a capacity error, for 3 minutes as the AWS provider does.
     unavailable: Unavailable,
+    built: ClassTypes<KubeletSettings>,
 }
 
 /// An instance the simulated cloud runs.
@@ -84,6 +86,7 @@ impl SimCloud {
             source,
             state: Mutex::default(),
             unavailable: Unavailable::default(),
+            built: ClassTypes::default(),
         }
     }
 
@@ -134,34 +137,24 @@ impl SimCloud {
                 class: class.name_any(),
                 why: e.to_string(),
             })?;
-        let now = Instant::now();
-        if self.unavailable.is_empty(now) {
-            return Ok(types);
-        }
-        Ok(types
-            .into_iter()
-            .map(|t| {
-                let gone = |o: &crate::core::scheduling::Offering| {
-                    self.unavailable
-                        .is_unavailable(&t.name, &o.zone, o.capacity_type, now)
-                };
-                if !t.offerings.iter().any(gone) {
-                    return t;
-                }
-                let mut copy = t.as_ref().clone();
-                for o in copy.offerings.iter_mut().filter(|o| gone(o)) {
-                    o.available = false;
-                }
-                Arc::new(copy)
-            })
-            .collect())
+        Ok(mark_unavailable(&types, &self.unavailable, Instant::now()))
     }
 
-    /// The instance types nodes of `class` could be launched as.
+    /// The instance types nodes of `class` could be launched as (built again only when its
+    /// kubelet settings or AMI family change).
     pub fn class_types(
         &self,
         class: &EC2NodeClass,
     ) -> Result<Vec<Arc<InstanceType>>, CatalogError> {
+        let types =
+            self.built
+                .get_or_try_build(&class.name_any(), kubelet_settings(class), || {
+                    self.build_types(class)
+                })?;
+        Ok(types.to_vec())
+    }
+
+    fn build_types(&self, class: &EC2NodeClass) -> Result<Vec<Arc<InstanceType>>, CatalogError> {
         match &self.source {
             Source::User(entries) => {
                 crate::core::catalog::user_instance_types(entries, &kubelet_settings(class))

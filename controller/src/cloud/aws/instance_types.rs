@@ -1,19 +1,18 @@
 //! The instance types a region really offers: shapes from `DescribeInstanceTypes`, zones from
 //! `DescribeInstanceTypeOfferings`, prices from the Pricing API and spot price history (the
 //! embedded catalog's estimates stand in for prices AWS did not give). Turned into the
-//! solver's [`InstanceType`]s per EC2NodeClass: only its subnets' zones, only architectures it
-//! has an AMI for, and without offerings EC2 recently had no capacity for.
+//! solver's [`InstanceType`]s per EC2NodeClass: only its subnets' zones and only architectures
+//! it has an AMI for (offerings EC2 recently had no capacity for are marked by the caller,
+//! `cloud::class_types`, on the kept list).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use aws_sdk_ec2::types::{InstanceTypeInfo, LocationType, UsageClassType};
 
 use super::reservations::Reservations;
 use crate::api::labels;
 use crate::api::EC2NodeClass;
-use crate::cloud::unavailable::Unavailable;
 use crate::core::catalog::{Catalog, Shape};
 use crate::core::disruption::price::RESERVED_PRICE_FACTOR;
 use crate::core::scheduling::overhead::kubelet_settings;
@@ -115,14 +114,12 @@ pub fn class_architectures(class: &EC2NodeClass) -> BTreeSet<String> {
 }
 
 impl RegionOfferings {
-    /// The instance types nodes of `class` can be launched as now.
+    /// The instance types nodes of `class` can be launched as, every offering available.
     pub fn for_class(
         &self,
         class: &EC2NodeClass,
         estimates: &Catalog,
-        unavailable: &Unavailable,
         reservations: &Reservations,
-        now: Instant,
     ) -> Vec<Arc<InstanceType>> {
         let selected = class
             .status
@@ -157,7 +154,7 @@ impl RegionOfferings {
                     zone: zone.clone(),
                     capacity_type,
                     price,
-                    available: !unavailable.is_unavailable(&shape.name, zone, capacity_type, now),
+                    available: true,
                 };
                 offerings.push(offer(CapacityType::OnDemand, od_price));
                 // A reservation is paid for whether used or not: launching into it costs next

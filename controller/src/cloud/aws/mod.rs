@@ -25,6 +25,7 @@ use kube::ResourceExt;
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
+use crate::cloud::class_types::ClassTypes;
 use crate::cloud::unavailable::Unavailable;
 use crate::cloud::{
     CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
@@ -51,6 +52,8 @@ pub struct AwsCloud {
     unavailable: Unavailable,
     reservations: Reservations,
     offerings: tokio::sync::Mutex<Option<(Arc<RegionOfferings>, Instant)>>,
+    /// Each class's instance types as last built from `offerings`.
+    class_types: ClassTypes<offerings::TypesInputs>,
     /// Launch templates known to exist: name → id.
     templates: Mutex<BTreeMap<String, String>>,
     metrics: Arc<Metrics>,
@@ -116,6 +119,7 @@ impl AwsCloud {
             unavailable: Unavailable::default(),
             reservations: Reservations::default(),
             offerings: tokio::sync::Mutex::new(None),
+            class_types: ClassTypes::default(),
             templates: Mutex::new(BTreeMap::new()),
             metrics,
         })

@@ -1,7 +1,7 @@
 //! The region's instance types, zones and prices, cached for five minutes, and the room left
 //! in the capacity reservations classes select: what a class's instance types are built from.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,14 +9,60 @@ use kube::ResourceExt;
 
 use super::call::metered;
 use super::instance_types::{self, RegionOfferings};
+use super::reservations::Reservations;
 use super::{pricing, reservations, AwsCloud};
 use crate::api::conditions::class_not_ready;
 use crate::api::ec2nodeclass::EC2NodeClass;
+use crate::cloud::class_types::mark_unavailable;
 use crate::cloud::{CloudError, TypesOfClass};
+use crate::core::scheduling::overhead::{kubelet_settings, KubeletSettings};
 use crate::core::scheduling::InstanceType;
 
 /// How long fetched instance types, zones and prices are used before they are fetched again.
 const OFFERINGS_TTL: Duration = Duration::from_secs(300);
+
+/// What a class's instance types are built from: the region's offerings as last fetched, and
+/// the class's zones, architectures, kubelet settings and reservations with room.
+pub(super) struct TypesInputs {
+    offerings: Arc<RegionOfferings>,
+    zones: BTreeSet<String>,
+    architectures: BTreeSet<String>,
+    kubelet: KubeletSettings,
+    reservations_with_room: Vec<String>,
+}
+
+impl TypesInputs {
+    fn of(offerings: &Arc<RegionOfferings>, class: &EC2NodeClass, room: &Reservations) -> Self {
+        let status = class.status.as_ref();
+        TypesInputs {
+            offerings: offerings.clone(),
+            zones: status
+                .iter()
+                .flat_map(|s| &s.subnets)
+                .map(|s| s.zone.clone())
+                .collect(),
+            architectures: instance_types::class_architectures(class),
+            kubelet: kubelet_settings(class),
+            reservations_with_room: status
+                .iter()
+                .flat_map(|s| &s.capacity_reservations)
+                .filter(|r| room.room(&r.id) > 0)
+                .map(|r| r.id.clone())
+                .collect(),
+        }
+    }
+}
+
+impl PartialEq for TypesInputs {
+    fn eq(&self, other: &Self) -> bool {
+        // The same fetch, not merely equal contents: a refetch every 5 minutes rebuilds.
+        Arc::ptr_eq(&self.offerings, &other.offerings)
+            && self.zones == other.zones
+            && self.architectures == other.architectures
+            && self.kubelet == other.kubelet
+            && self.reservations_with_room == other.reservations_with_room
+    }
+}
 
 impl AwsCloud {
     /// The region's instance types, zones and prices, fetched again when older than 5 minutes.
@@ -93,19 +139,21 @@ impl AwsCloud {
         Ok(types)
     }
 
+    /// The instance types of `class`: built from `offerings` once per change of what they
+    /// depend on, then marked with the offerings EC2 recently had no capacity for.
     pub(super) fn types_for(
         &self,
-        offerings: &RegionOfferings,
+        offerings: &Arc<RegionOfferings>,
         class: &EC2NodeClass,
         now: Instant,
     ) -> Vec<Arc<InstanceType>> {
-        offerings.for_class(
-            class,
-            &self.estimates,
-            &self.unavailable,
-            &self.reservations,
-            now,
-        )
+        let inputs = TypesInputs::of(offerings, class, &self.reservations);
+        let types = self
+            .class_types
+            .get_or_build(&class.name_any(), inputs, || {
+                offerings.for_class(class, &self.estimates, &self.reservations)
+            });
+        mark_unavailable(&types, &self.unavailable, now)
     }
 
     /// Reads again how much room the reservations the classes select have, where that is

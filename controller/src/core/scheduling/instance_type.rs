@@ -115,6 +115,22 @@ impl InstanceType {
         }
     }
 
+    /// A copy with the offerings `gone` picks unavailable, its zone and capacity-type
+    /// requirements narrowed to the offerings still available (as [`InstanceType::new`]
+    /// derives them), so the solver no longer sees it where it cannot be bought.
+    pub fn without_offerings(&self, gone: impl Fn(&Offering) -> bool) -> InstanceType {
+        let mut copy = self.clone();
+        for o in copy.offerings.iter_mut().filter(|o| gone(o)) {
+            o.available = false;
+        }
+        let available = || copy.offerings.iter().filter(|o| o.available);
+        let zones = Requirement::any_of(available().map(|o| o.zone.clone()));
+        let capacity = Requirement::any_of(available().map(|o| o.capacity_type.as_str()));
+        copy.requirements.add(labels::ZONE, zones);
+        copy.requirements.add(labels::CAPACITY_TYPE, capacity);
+        copy
+    }
+
     /// The cheapest available offering compatible with `requirements`.
     pub fn cheapest(&self, requirements: &Requirements) -> Option<&Offering> {
         self.offerings

@@ -30,7 +30,7 @@ pub struct Hardware {
 }
 
 /// Kubelet settings from the EC2NodeClass that change capacity or overhead.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KubeletSettings {
     pub max_pods: Option<i64>,
     pub pods_per_core: Option<i64>,
