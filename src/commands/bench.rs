@@ -141,6 +141,7 @@ pub fn consolidation(
         now,
         settle: std::time::Duration::from_secs(30),
         spot_to_spot: false,
+        single_node_from: None,
         policies: Default::default(),
         timeouts: Default::default(),
     });

@@ -103,6 +103,7 @@ pub async fn node(ctx: &Context, node: &str) -> Result<Explanation> {
         now: k8s_openapi::jiff::Timestamp::now(),
         settle: settings.settle,
         spot_to_spot: settings.spot_to_spot,
+        single_node_from: None,
         policies: settings.policies,
         timeouts: settings.timeouts,
     });

@@ -28,15 +28,20 @@ const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub async fn run(ctx: Arc<Context>) {
     ctx.stores.ready().await;
+    // Where single-node consolidation ran out of time: the next pass goes on from there.
+    let mut resume: Option<String> = None;
     loop {
         tokio::time::sleep(ctx.settings.disruption_poll).await;
         release_stale_taints(&ctx).await;
-        let Some(command) = decide_now(&ctx).await else {
+        let (first, stopped_at) = decide_now(&ctx, resume.as_deref()).await;
+        resume = stopped_at;
+        let Some(command) = first else {
             continue;
         };
         // The cluster moves on: act only if the same decision still holds a little later.
         tokio::time::sleep(ctx.settings.disruption_validation).await;
-        match decide_now(&ctx).await {
+        let validation_from = command.candidates.first().map(String::as_str);
+        match decide_now(&ctx, validation_from).await.0 {
             Some(again) if again.same_as(&command) => {
                 if let Err(e) = execute(&ctx, &again).await {
                     tracing::error!(error = %e, method = again.method.as_str(), "disruption failed");
@@ -70,13 +75,18 @@ async fn release_stale_taints(ctx: &Context) {
     }
 }
 
-async fn decide_now(ctx: &Context) -> Option<Command> {
+/// One decision, single-node consolidation starting at `single_node_from`; and where it ran
+/// out of time, if it did.
+async fn decide_now(
+    ctx: &Context,
+    single_node_from: Option<&str>,
+) -> (Option<Command>, Option<String>) {
     let snapshot = ctx.stores.snapshot();
     let types_of_class = match ctx.cloud.instance_types(&snapshot.nodeclasses).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "no instance types: no disruption decision this round");
-            return None;
+            return (None, None);
         }
     };
     let (types_of_pool, _) = types_of_pools(&snapshot, &types_of_class);
@@ -88,6 +98,7 @@ async fn decide_now(ctx: &Context) -> Option<Command> {
         now: Timestamp::now(),
         settle: ctx.settings.disruption_settle,
         spot_to_spot: ctx.settings.spot_to_spot_consolidation,
+        single_node_from,
         policies: ctx.settings.policies(),
         timeouts: ctx.settings.consolidation_timeouts(),
     });
@@ -97,7 +108,10 @@ async fn decide_now(ctx: &Context) -> Option<Command> {
     for (claim, why) in &decision.kept {
         tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
     }
-    decision.command
+    if let Some(at) = &decision.single_node_stopped_at {
+        tracing::info!(next_pass_starts_at = %at, timeout = ?ctx.settings.consolidation_timeouts().single_node, "single-node consolidation ran out of time");
+    }
+    (decision.command, decision.single_node_stopped_at)
 }
 
 async fn event(ctx: &Context, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jointer_controller::api::labels;
-use jointer_controller::core::disruption::{decide, Inputs, Method};
+use jointer_controller::core::disruption::{decide, ConsolidationTimeouts, Inputs, Method};
 use jointer_controller::core::scheduling::{
     CapacityType, InstanceType, Offering, Requirement, Requirements, Resources,
 };
@@ -117,6 +117,7 @@ fn run(snap: &Snapshot) -> jointer_controller::core::disruption::Decision {
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,
+        single_node_from: None,
         policies: Default::default(),
         timeouts: Default::default(),
     })
@@ -415,6 +416,7 @@ fn a_spot_node_is_replaced_by_spot_only_when_allowed_and_with_enough_cheaper_typ
             now: NOW.parse::<Timestamp>().unwrap(),
             settle: Duration::from_secs(30),
             spot_to_spot,
+            single_node_from: None,
             policies: Default::default(),
             timeouts: Default::default(),
         })
@@ -438,6 +440,17 @@ fn run_over(
     snap: &Snapshot,
     types: Vec<Arc<InstanceType>>,
 ) -> jointer_controller::core::disruption::Decision {
+    run_timed(snap, types, Default::default(), None)
+}
+
+/// Like [`run_over`], with consolidation's `timeouts` and where single-node consolidation
+/// starts.
+fn run_timed(
+    snap: &Snapshot,
+    types: Vec<Arc<InstanceType>>,
+    timeouts: ConsolidationTimeouts,
+    single_node_from: Option<&str>,
+) -> jointer_controller::core::disruption::Decision {
     let types = HashMap::from([("c".to_string(), types)]);
     let (types_of_pool, _) = types_of_pools(snap, &types);
     decide(&Inputs {
@@ -447,9 +460,84 @@ fn run_over(
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,
+        single_node_from,
         policies: Default::default(),
-        timeouts: Default::default(),
+        timeouts,
     })
+}
+
+/// Single-node consolidation out of time after each candidate (a zero timeout: one try per
+/// pass) still reaches the last one, pass by pass, because each pass resumes where the last
+/// stopped; started over, it would try the first candidate for ever.
+#[test]
+fn single_node_consolidation_resumes_where_it_ran_out_of_time() {
+    // a, b and c are full smallest nodes (nothing cheaper, no room for their pods elsewhere);
+    // d, tried last (most pods), could be a cheaper `seven`. All four do not fit one node.
+    // The budget lets every node be a candidate.
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
+            "720h",
+        ),
+        &[
+            node("a", "small", 2, LONG_AGO, json!({})),
+            node("b", "small", 2, LONG_AGO, json!({})),
+            node("c", "small", 2, LONG_AGO, json!({})),
+            node("d", "big", 8, LONG_AGO, json!({})),
+        ],
+        &[
+            pod("pa", "a", "1800m", json!({})),
+            pod("pb", "b", "1800m", json!({})),
+            pod("pc", "c", "1800m", json!({})),
+            pod("pd1", "d", "3250m", json!({})),
+            pod("pd2", "d", "3250m", json!({})),
+        ],
+    );
+    let types = || {
+        vec![
+            itype("small", 2, 0.1),
+            itype("seven", 7, 0.3),
+            itype("big", 8, 0.4),
+        ]
+    };
+    let zero = ConsolidationTimeouts {
+        multi_node: Duration::ZERO,
+        single_node: Duration::ZERO,
+    };
+    let mut from: Option<String> = None;
+    let mut stops = Vec::new();
+    let command = loop {
+        let d = run_timed(&snap, types(), zero, from.as_deref());
+        if let Some(c) = d.command {
+            break c;
+        }
+        let next = d
+            .single_node_stopped_at
+            .clone()
+            .expect("a pass out of time says where it stopped");
+        assert!(
+            kept_reason(&d, &next).contains(&format!("the next pass starts at {next}")),
+            "{:?}",
+            d.kept
+        );
+        stops.push(next.clone());
+        assert!(stops.len() < 4, "no progress: {stops:?}");
+        from = Some(next);
+    };
+    assert_eq!(stops, ["claim-b", "claim-c", "claim-d"]);
+    assert_eq!(command.candidates, ["claim-d"]);
+    assert_eq!(
+        command.replacements.len(),
+        1,
+        "d is replaced by a cheaper seven"
+    );
+    // Given all the time it needs, one pass finds the same command and stops nowhere.
+    let whole = run_timed(&snap, types(), Default::default(), None);
+    assert_eq!(
+        whole.command.map(|c| c.candidates),
+        Some(vec!["claim-d".to_string()])
+    );
+    assert_eq!(whole.single_node_stopped_at, None);
 }
 
 fn pods_on(node: &str, count: usize) -> Vec<Value> {

@@ -111,31 +111,60 @@ pub fn multi_node(
     best
 }
 
-/// One node: the first that can go; each other one is kept with why not.
+/// What single-node consolidation did in one pass.
+#[derive(Debug, Default)]
+pub struct SingleNode {
+    pub command: Option<Command>,
+    /// The first candidate left untried when the pass ran out of time: the next pass starts
+    /// there ([`Inputs::single_node_from`]).
+    pub stopped_at: Option<String>,
+}
+
+/// One node: the first that can go; each other one is kept with why not. The search starts
+/// at `inputs.single_node_from` when it is still a candidate and wraps around, so a pass that
+/// runs out of time is continued, not started over: with hundreds of candidates, starting
+/// from the top each time would never reach the last ones (upstream sigs#3305). Every pass
+/// tries at least one candidate, however short its time.
 pub fn single_node(
     inputs: &Inputs,
     allowed: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
     kept: &mut Vec<(String, String)>,
-) -> Option<Command> {
+) -> SingleNode {
     let started = std::time::Instant::now();
-    for c in allowed {
-        if started.elapsed() >= inputs.timeouts.single_node {
+    let start = inputs
+        .single_node_from
+        .and_then(|from| allowed.iter().position(|c| c.claim.name_any() == from))
+        .unwrap_or(0);
+    let (before, after) = allowed.split_at(start);
+    let mut stopped_at = None;
+    for (tried, c) in after.iter().chain(before).enumerate() {
+        if tried > 0 && started.elapsed() >= inputs.timeouts.single_node {
+            stopped_at.get_or_insert_with(|| c.claim.name_any());
             kept.push((
                 c.claim.name_any(),
                 format!(
-                    "single-node consolidation ran out of time this pass (SINGLE_NODE_CONSOLIDATION_TIMEOUT {:?})",
-                    inputs.timeouts.single_node
+                    "single-node consolidation ran out of time this pass (SINGLE_NODE_CONSOLIDATION_TIMEOUT {:?}); the next pass starts at {}",
+                    inputs.timeouts.single_node,
+                    stopped_at.as_deref().unwrap_or_default()
                 ),
             ));
             continue;
         }
         match simulate(inputs, &[c], totals) {
-            Ok(command) => return Some(command),
+            Ok(command) => {
+                return SingleNode {
+                    command: Some(command),
+                    stopped_at: None,
+                }
+            }
             Err(why) => kept.push((c.claim.name_any(), why)),
         }
     }
-    None
+    SingleNode {
+        command: None,
+        stopped_at,
+    }
 }
 
 /// Where the candidates' pods would go without them: the solver over the rest of the cluster.

@@ -83,6 +83,9 @@ pub struct Decision {
     pub command: Option<Command>,
     /// (NodeClaim, why it is kept).
     pub kept: Vec<(String, String)>,
+    /// The candidate single-node consolidation had not reached when its time ran out: give
+    /// it to the next pass as [`Inputs::single_node_from`].
+    pub single_node_stopped_at: Option<String>,
 }
 
 /// What the loop knows besides the objects.
@@ -102,6 +105,9 @@ pub struct Inputs<'a> {
     /// Replace a spot node by a cheaper spot node (off by default, as upstream: a spot price is
     /// low because the pool is deep; moving to the cheapest shallow pool invites interruptions).
     pub spot_to_spot: bool,
+    /// Where single-node consolidation ran out of time last pass ([`Decision::single_node_stopped_at`]):
+    /// this pass starts there.
+    pub single_node_from: Option<&'a str>,
 }
 
 /// How long each consolidation method may search in one pass (upstream: 1 and 3 minutes;
@@ -152,6 +158,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
         pool_nodes: &pool_nodes,
         now: inputs.now,
     };
+    let mut stopped_at = None;
     let command = expiration::command(&found.live, inputs.now)
         .or_else(|| repair::command(inputs, &mut found, &budgets))
         .or_else(|| emptiness::command(inputs, &mut found, &budgets))
@@ -159,13 +166,17 @@ pub fn decide(inputs: &Inputs) -> Decision {
         .or_else(|| {
             let mut kept = Vec::new();
             let allowed = consolidation::allowed(inputs, &mut found, &budgets, &totals);
-            let command = consolidation::multi_node(inputs, &allowed, &totals)
-                .or_else(|| consolidation::single_node(inputs, &allowed, &totals, &mut kept));
+            let command = consolidation::multi_node(inputs, &allowed, &totals).or_else(|| {
+                let single = consolidation::single_node(inputs, &allowed, &totals, &mut kept);
+                stopped_at = single.stopped_at;
+                single.command
+            });
             found.kept.extend(kept);
             command
         });
     Decision {
         command,
         kept: found.kept,
+        single_node_stopped_at: stopped_at,
     }
 }
