@@ -49,6 +49,8 @@ pub struct Metrics {
     /// Pending pod seen unschedulable → its NodeClaim created.
     pub decision_latency: Histogram,
     pub solve_duration: Histogram,
+    /// One provisioning pass: from its batch closing to its NodeClaims created.
+    pub provisioning_pass: Histogram,
     pub pods_pending: Family<ReasonLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub interruption_messages: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub disruption_commands: Family<ReasonLabels, Counter<u64, AtomicU64>>,
@@ -133,6 +135,12 @@ impl Metrics {
             "duration of one scheduling solve",
             solve_duration.clone(),
         );
+        let provisioning_pass = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "provisioning_pass_seconds",
+            "time from a batch of pending pods closing to the NodeClaims it needs being created",
+            provisioning_pass.clone(),
+        );
         let disruption_decision = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register(
             "disruption_decision_seconds",
@@ -169,6 +177,7 @@ impl Metrics {
             nodeclaims_terminated,
             decision_latency,
             solve_duration,
+            provisioning_pass,
             pods_pending,
             garbage_collected_instances,
             leader,

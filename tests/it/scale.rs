@@ -292,6 +292,12 @@ struct Up {
     peak_rss_mib: f64,
     solve_mean: f64,
     solve_max: f64,
+    /// Provisioning passes: a batch closed → its NodeClaims created.
+    pass_mean: f64,
+    pass_max: f64,
+    /// Each pod: kube-scheduler marked it unschedulable → its NodeClaim created.
+    pod_mean: f64,
+    pod_max: f64,
 }
 
 async fn scale_up(b: &mut Bench<'_>, total: u32) -> Up {
@@ -325,6 +331,14 @@ async fn scale_up(b: &mut Bench<'_>, total: u32) -> Up {
         b.controller(),
         "jointer_controller_scheduling_solve_seconds",
     );
+    let (pass_max, pass_mean) = histogram(
+        b.controller(),
+        "jointer_controller_provisioning_pass_seconds",
+    );
+    let (pod_max, pod_mean) = histogram(
+        b.controller(),
+        "jointer_controller_provisioning_decision_seconds",
+    );
     Up {
         wanted,
         created_at: created_at.unwrap_or(running_at),
@@ -336,6 +350,10 @@ async fn scale_up(b: &mut Bench<'_>, total: u32) -> Up {
         peak_rss_mib: b.controller().peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
         solve_mean,
         solve_max,
+        pass_mean,
+        pass_max,
+        pod_mean,
+        pod_max,
     }
 }
 
@@ -352,10 +370,16 @@ impl Up {
             dollars_per_hour(&self.claims)
         );
         eprintln!(
-            "  scale-up: solve mean {:.3} s, largest ≤ {} s; controller {:.1} CPU s, \
-             peak RSS {:.0} MiB; {} AWS calls ({:.1} per node)",
+            "  scale-up: solve mean {:.3} s, largest ≤ {} s; a batch closed → its NodeClaims \
+             created: mean {:.2} s, largest ≤ {} s; a pod marked unschedulable → its NodeClaim \
+             created: mean {:.1} s, largest ≤ {} s; controller {:.1} CPU s, peak RSS {:.0} MiB; \
+             {} AWS calls ({:.1} per node)",
             self.solve_mean,
             self.solve_max,
+            self.pass_mean,
+            self.pass_max,
+            self.pod_mean,
+            self.pod_max,
             self.cpu_seconds,
             self.peak_rss_mib,
             self.calls,

@@ -132,6 +132,7 @@ async fn provision(
     ctx: &Context,
     events: &mut HashMap<PodKey, (String, Instant)>,
 ) -> anyhow::Result<()> {
+    let pass_started = Instant::now();
     let snap = ctx.stores.snapshot();
     let mut cloud_errors = Vec::new();
     let types_of_class = match ctx.cloud.instance_types(&snap.nodeclasses).await {
@@ -213,6 +214,10 @@ async fn provision(
             "created NodeClaim"
         );
     }
+    let pass_time = pass_started.elapsed();
+    ctx.metrics
+        .provisioning_pass
+        .observe(pass_time.as_secs_f64());
     if !plan.nodeclaims.is_empty() || !plan.unschedulable.is_empty() {
         tracing::info!(
             pending = built.problem.pods.len(),
@@ -220,6 +225,7 @@ async fn provision(
             new_nodeclaims = plan.nodeclaims.len(),
             unschedulable = plan.unschedulable.len(),
             solve_ms = solve_time.as_millis() as u64,
+            pass_ms = pass_time.as_millis() as u64,
             "provisioning decision"
         );
     }
