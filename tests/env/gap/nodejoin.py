@@ -11,7 +11,8 @@ Start-EKSBootstrap.ps1), checks it the way that AMI's boot would, and registers 
 through the local API server as a kubelet would: name = private DNS name, providerID
 aws:///<zone>/<id>, the kubelet's and cloud provider's labels, the user data's node labels
 and taints, capacity and allocatable from the instance type and the family's defaults. The Node carries the annotation
-kwok.x-k8s.io/node=fake, so kwok makes it Ready and runs its pods. When the instance is
+kwok.x-k8s.io/node=fake, so kwok makes it Ready and runs its pods. Instances whose delay ran
+out in the same poll join side by side (JOINS_AT_ONCE), as a launched batch boots. When the instance is
 terminated (or gone from moto) the Node is deleted. An instance whose user data cannot be
 parsed or would not join is logged once and never joined.
 
@@ -31,6 +32,7 @@ admin client certificate and to the registry on 127.0.0.1. Started by up.sh; log
 import argparse
 import base64
 import binascii
+import concurrent.futures
 import datetime
 import email
 import email.policy
@@ -70,6 +72,8 @@ TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 # The build (kernel version) of each EKS Windows AMI, which its node labels
 # node.kubernetes.io/windows-build with (less the revision).
 WINDOWS_BUILDS = {"2019": "10.0.17763", "2022": "10.0.20348", "2025": "10.0.26100"}
+# Instances joined side by side (each join waits on moto and the API server, not the CPU).
+JOINS_AT_ONCE = 8
 # Images whose root device is /dev/xvda (the EKS AMIs and the Amazon Linux ones).
 EKS_LINUX_IMAGE = re.compile(r"^(amazon-eks-|al2023-ami-|amzn2-ami-)")
 
@@ -644,6 +648,8 @@ class Simulator:
         self.images = {}  # image id -> name
         self.ready_written = False
         self.prev_poll = None
+        self.joiners = concurrent.futures.ThreadPoolExecutor(max_workers=JOINS_AT_ONCE,
+                                                             thread_name_prefix="join")
 
     # -- API server --
 
@@ -746,6 +752,7 @@ class Simulator:
             return
         prev_poll, self.prev_poll = self.prev_poll, listed_at
         now = time.time()
+        due = []  # instances whose registration delay ran out: joined side by side below
         for iid, inst in insts.items():
             state = inst["State"]["Name"]
             st = self.state.get(iid)
@@ -767,13 +774,16 @@ class Simulator:
                         f"{self.args.delay_ms} ms after its launch")
                 if st["status"] == "waiting" and state == "running" and \
                         now + 0.005 >= st["seen"] + self.args.delay_ms / 1000.0:
-                    self.join(iid, inst, st)
-                if st["status"] == "joined":
+                    due.append((iid, inst, st))
+                elif st["status"] == "joined":
                     self.report_condition(inst, st)
             elif state in ("shutting-down", "terminated"):
                 if st and st["status"] == "joined" and not self.remove(iid, st, f"instance {state}"):
                     continue  # retried next poll
                 self.state[iid] = {"seen": now, "status": "gone", "node": None}
+        # Hundreds of instances launched in one provisioning pass boot at once, as on EC2: one
+        # join after another (three moto calls and a POST each) would add seconds per node.
+        list(self.joiners.map(lambda d: self.join(*d), due))
         for iid in list(self.state):
             if iid not in insts:
                 st = self.state.pop(iid)
