@@ -415,8 +415,10 @@ phase "kwok ${KWOK_VERSION} ready"
 #   ...) do not exist and cannot be attached.
 # MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION: RunInstances/CreateFleet reject unknown
 #   instance types, as AWS does.
+# gap/moto_server.py is moto's server with its per-resource tag lookup made a table read
+#   (moto scans every tag in the region for each resource it lists; see the file).
 MOTO_IAM_LOAD_MANAGED_POLICIES=true MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=true \
-  start_process moto "$MOTO_PYTHON" -m moto.server -H 127.0.0.1 -p "$MOTO_PORT"
+  start_process moto "$MOTO_PYTHON" "${ENV_DIR}/gap/moto_server.py" -H 127.0.0.1 -p "$MOTO_PORT"
 wait_until moto 60 moto_ready
 phase "moto ${MOTO_VERSION} ready on ${MOTO_URL}"
 

@@ -225,6 +225,44 @@ def passthrough_and_call_log():
 
 
 @test
+def resource_tags_read_as_moto_describes_them():
+    """moto_server.py reads a resource's tags from moto's tag table instead of scanning every
+    tag: DescribeInstances shows the tags DescribeTags lists, tag filters select exactly, and
+    volumes keep theirs."""
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    ec2 = client("ec2")
+    image = amis(client("ssm"))["x86_64"]
+    marker = unique("tags")
+    ids = []
+    for i in range(2):
+        ids.append(ec2.run_instances(
+            ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1,
+            SubnetId=w["subnets"]["private"]["us-east-1a"],
+            TagSpecifications=[
+                {"ResourceType": "instance", "Tags": [{"Key": "jointer.dev/test", "Value": marker},
+                                                      {"Key": "n", "Value": str(i)}]},
+                {"ResourceType": "volume", "Tags": [{"Key": "v", "Value": str(i)}]}],
+        )["Instances"][0]["InstanceId"])
+    try:
+        tagged = [{"Name": "tag:jointer.dev/test", "Values": [marker]}]
+        found = {inst["InstanceId"]: inst
+                 for r in ec2.describe_instances(Filters=tagged)["Reservations"] for inst in r["Instances"]}
+        assert set(found) == set(ids), found.keys()
+        for n, iid in enumerate(ids):
+            listed = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [iid]}])["Tags"]
+            want = {(t["Key"], t["Value"]) for t in listed}
+            got = {(t["Key"], t["Value"]) for t in found[iid]["Tags"]}
+            assert got == want == {("jointer.dev/test", marker), ("n", str(n))}, (got, want)
+        second = ec2.describe_instances(Filters=tagged + [{"Name": "tag:n", "Values": ["1"]}])
+        assert [i["InstanceId"] for r in second["Reservations"] for i in r["Instances"]] == [ids[1]]
+        volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [ids[0]]}])
+        assert [{(t["Key"], t["Value"]) for t in v.get("Tags", [])} for v in volumes["Volumes"]] == [{("v", "0")}], \
+            volumes["Volumes"]
+    finally:
+        ec2.terminate_instances(InstanceIds=ids)
+
+
+@test
 def passthrough_json_protocol_and_long_polling():
     sqs, events = client("sqs"), client("events")
     name = unique("interruption")
