@@ -14,7 +14,17 @@ pub async fn aws_config(region: Option<&str>) -> aws_config::SdkConfig {
     loader.load().await
 }
 
-/// A Kubernetes client from `KUBECONFIG` (or the in-cluster service account).
+/// A Kubernetes client from `KUBECONFIG` (or the in-cluster service account), naming itself
+/// `jointer-controller/<version>` so its requests can be told apart in the API server's audit
+/// log and metrics (kube-rs sends no user agent of its own).
 pub async fn kube_client() -> Result<kube::Client, kube::Error> {
-    kube::Client::try_default().await
+    use http::header::{HeaderValue, USER_AGENT};
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    config.headers.push((
+        USER_AGENT,
+        HeaderValue::from_static(concat!("jointer-controller/", env!("CARGO_PKG_VERSION"))),
+    ));
+    kube::Client::try_from(config)
 }

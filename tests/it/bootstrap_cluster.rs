@@ -6,8 +6,7 @@
 use std::time::Instant;
 
 use crate::support::testenv::{
-    self, audit_offset, clear_calls, jointer_kube_requests_since, jointer_kube_writes_since,
-    mutating_calls,
+    self, audit_offset, clear_calls, jointer_kube_writes_since, kube_requests_since, mutating_calls,
 };
 use crate::support::world::Setup;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -78,7 +77,7 @@ fn measured<T>(run: impl FnOnce() -> T) -> (T, Cost) {
         seconds,
         aws_calls: testenv::calls().len(),
         aws_mutating: mutating_calls().len(),
-        kube_requests: jointer_kube_requests_since(offset),
+        kube_requests: kube_requests_since("jointer/", offset),
         kube_writes: jointer_kube_writes_since(offset).len(),
     };
     (out, cost)

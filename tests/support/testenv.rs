@@ -271,15 +271,47 @@ pub fn jointer_kube_writes_since(offset: u64) -> Vec<String> {
         .collect()
 }
 
-/// Requests by jointer (reads, server-side dry runs and writes) logged after `offset`.
-pub fn jointer_kube_requests_since(offset: u64) -> usize {
+/// Requests (reads, server-side dry runs and writes) logged after `offset` whose user agent
+/// starts with `agent`: `jointer/` for the CLI, `jointer-controller/` for the controller
+/// (audited when it runs as the admin user).
+pub fn kube_requests_since(agent: &str, offset: u64) -> usize {
     let text = std::fs::read(audit_log()).expect("audit log");
     let start = (offset as usize).min(text.len());
+    let agent = format!("\"userAgent\":\"{agent}");
     String::from_utf8_lossy(&text[start..])
         .lines()
-        .filter(|l| l.contains("\"userAgent\":\"jointer/"))
+        .filter(|l| l.contains(&agent))
         .filter(|l| l.contains("\"stage\":\"ResponseComplete\""))
         .count()
+}
+
+/// The peak RSS in MiB of each test-world process named (moto, gap, nodejoin, kube-apiserver,
+/// etcd, …), from its pid file; `None` for one not running.
+pub fn world_peak_rss_mib(components: &[&str]) -> Vec<(String, Option<f64>)> {
+    require();
+    let pids =
+        PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir")).join("pids");
+    components
+        .iter()
+        .map(|c| {
+            let peak = std::fs::read_to_string(pids.join(format!("{c}.pid")))
+                .ok()
+                // "<pid> <program>", as up.sh records it.
+                .and_then(|line| {
+                    let pid = line.split_whitespace().next()?.to_string();
+                    std::fs::read_to_string(format!("/proc/{pid}/status")).ok()
+                })
+                .and_then(|status| {
+                    let line = status
+                        .lines()
+                        .find(|l| l.starts_with("VmHWM:"))?
+                        .to_string();
+                    line.split_whitespace().nth(1)?.parse::<f64>().ok()
+                })
+                .map(|kib| kib / 1024.0);
+            (c.to_string(), peak)
+        })
+        .collect()
 }
 
 /// Deletes Karpenter's CRDs, and with them every object of their kinds. A NodeClaim or
