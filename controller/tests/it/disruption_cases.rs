@@ -60,6 +60,14 @@ fn pool(disruption: Value, expire: &str) -> Value {
             "disruption": disruption}})
 }
 
+/// A pool whose budget lets every node go at once (the default, 10 % rounded up, lets one).
+fn pool_of_unbounded_budget() -> Value {
+    pool(
+        json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
+        "720h",
+    )
+}
+
 fn class() -> Value {
     json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "c"},
         "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}], "role": "r"},
@@ -251,13 +259,9 @@ fn a_node_whose_pods_fit_elsewhere_is_deleted_without_a_replacement() {
 #[test]
 fn several_nodes_are_consolidated_at_once_when_no_single_one_can_go() {
     // Three 4-CPU nodes with a 2.5-CPU pod each: no pod fits another node, and no single
-    // node has a cheaper replacement; all three fit one 8-CPU node at $0.4 < 3 × $0.2. (The
-    // default budget, 10% rounded up, would allow one node at a time.)
+    // node has a cheaper replacement; all three fit one 8-CPU node at $0.4 < 3 × $0.2.
     let snap = snapshot(
-        pool(
-            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
-            "720h",
-        ),
+        pool_of_unbounded_budget(),
         &[
             node("a", "mid", 4, LONG_AGO, json!({})),
             node("b", "mid", 4, LONG_AGO, json!({})),
@@ -473,12 +477,8 @@ fn run_timed(
 fn single_node_consolidation_resumes_where_it_ran_out_of_time() {
     // a, b and c are full smallest nodes (nothing cheaper, no room for their pods elsewhere);
     // d, tried last (most pods), could be a cheaper `seven`. All four do not fit one node.
-    // The budget lets every node be a candidate.
     let snap = snapshot(
-        pool(
-            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
-            "720h",
-        ),
+        pool_of_unbounded_budget(),
         &[
             node("a", "small", 2, LONG_AGO, json!({})),
             node("b", "small", 2, LONG_AGO, json!({})),
@@ -662,10 +662,7 @@ fn an_empty_node_that_holds_a_buffers_headroom_is_kept() {
 #[test]
 fn of_two_empty_nodes_the_one_a_buffer_does_not_need_goes() {
     let snap = snapshot(
-        pool(
-            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}),
-            "720h",
-        ),
+        pool_of_unbounded_budget(),
         &[
             node("a", "small", 2, LONG_AGO, json!({})),
             node("b", "small", 2, LONG_AGO, json!({})),
