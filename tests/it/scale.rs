@@ -553,13 +553,9 @@ async fn interrupt(b: &Bench<'_>, claims: &[DynamicObject], at_most: usize) -> u
 async fn held_by_limit(b: &mut Bench<'_>, total: u32) -> bool {
     let general = format!("general-{}", b.s.cluster);
     let pools = dynamic(&b.admin, "karpenter.sh", "NodePool", "nodepools");
-    let limit = |cpu: serde_json::Value| Patch::Merge(json!({"spec": {"limits": cpu}}));
+    let one_cpu = Patch::Merge(json!({"spec": {"limits": {"cpu": "1"}}}));
     pools
-        .patch(
-            &general,
-            &PatchParams::default(),
-            &limit(json!({"cpu": "1"})),
-        )
+        .patch(&general, &PatchParams::default(), &one_cpu)
         .await
         .expect("limit the general pool");
     let solve = "jointer_controller_scheduling_solve_seconds";
@@ -616,7 +612,7 @@ async fn scale() {
 /// The suite's short version: 2,400 pods of the mixed workload onto about 200 nodes, then
 /// interruption warnings for 20 of them at once; every pod Running after each, no NodeClaim
 /// launched twice, and the teardown drains and terminates them all. Prints the same figures
-/// as [`scale`] (`-- --nocapture`); about 5 minutes on the 2-core machine.
+/// as [`scale`] (`-- --nocapture`); about 6 minutes on the 2-core machine.
 #[tokio::test]
 async fn two_hundred_nodes() {
     let _turn = testenv::TURN.lock().await;

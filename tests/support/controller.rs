@@ -109,15 +109,7 @@ impl Controller {
     }
 
     fn status_kib(&self, field: &str) -> Option<u64> {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.child.as_ref()?.id())).ok()?;
-        status
-            .lines()
-            .find(|l| l.starts_with(field))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
+        testenv::proc_status_kib(self.child.as_ref()?.id(), field)
     }
 
     /// CPU seconds used so far, user and system (/proc/PID/stat fields 14 and 15, in clock

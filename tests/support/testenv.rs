@@ -229,9 +229,14 @@ pub fn registry_writes(repository: &str) -> Vec<String> {
         .collect()
 }
 
-fn audit_log() -> PathBuf {
+/// The running test environment's `.run/` directory.
+fn run_dir() -> PathBuf {
     require();
-    PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir")).join("audit.log")
+    PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir"))
+}
+
+fn audit_log() -> PathBuf {
+    run_dir().join("audit.log")
 }
 
 /// The API server's audit log (every write, and every request of the admin user jointer runs
@@ -285,30 +290,31 @@ pub fn kube_requests_since(agent: &str, offset: u64) -> usize {
         .count()
 }
 
+/// A `/proc/<pid>/status` field given in KiB (`VmRSS:`, `VmHWM:`).
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The peak RSS in MiB of each test-world process named (moto, gap, nodejoin, kube-apiserver,
-/// etcd, …), from its pid file; `None` for one not running.
+/// etcd, …), from its pid file ("<pid> <program>", as up.sh records it); `None` for one not
+/// running.
 pub fn world_peak_rss_mib(components: &[&str]) -> Vec<(String, Option<f64>)> {
-    require();
-    let pids =
-        PathBuf::from(std::env::var("JOINTER_TESTENV_RUN_DIR").expect("run dir")).join("pids");
+    let pids = run_dir().join("pids");
     components
         .iter()
         .map(|c| {
             let peak = std::fs::read_to_string(pids.join(format!("{c}.pid")))
                 .ok()
-                // "<pid> <program>", as up.sh records it.
-                .and_then(|line| {
-                    let pid = line.split_whitespace().next()?.to_string();
-                    std::fs::read_to_string(format!("/proc/{pid}/status")).ok()
-                })
-                .and_then(|status| {
-                    let line = status
-                        .lines()
-                        .find(|l| l.starts_with("VmHWM:"))?
-                        .to_string();
-                    line.split_whitespace().nth(1)?.parse::<f64>().ok()
-                })
-                .map(|kib| kib / 1024.0);
+                .and_then(|line| line.split_whitespace().next()?.parse::<u32>().ok())
+                .and_then(|pid| proc_status_kib(pid, "VmHWM:"))
+                .map(|kib| kib as f64 / 1024.0);
             (c.to_string(), peak)
         })
         .collect()

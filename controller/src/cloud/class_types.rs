@@ -65,11 +65,6 @@ impl<K: PartialEq> ClassTypes<K> {
             Err(never) => match never {},
         }
     }
-
-    /// Forgets every class's types (the next request builds them again).
-    pub fn clear(&self) {
-        self.built.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
 }
 
 /// `types` with the offerings `unavailable` holds at `now` marked unavailable; a type none of
@@ -142,9 +137,6 @@ mod tests {
         assert!(cache.get_or_try_build("x", 1, || Err("no")).is_err());
         cache.get_or_try_build("x", 1, build).unwrap();
         assert_eq!(builds.get(), 4, "a failed build keeps nothing");
-        cache.clear();
-        cache.get_or_try_build("default", 2, build).unwrap();
-        assert_eq!(builds.get(), 5);
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub async fn run(ctx: Arc<Context>) {
         tokio::time::sleep(ctx.settings.disruption_poll).await;
         release_stale_taints(&ctx).await;
         let (first, stopped_at) = decide_now(&ctx, resume.as_deref()).await;
+        if let Some(at) = &stopped_at {
+            tracing::info!(next_pass_starts_at = %at, timeout = ?ctx.settings.consolidation_timeouts().single_node, "single-node consolidation ran out of time");
+        }
         resume = stopped_at;
         let Some(command) = first else {
             continue;
@@ -107,9 +110,6 @@ async fn decide_now(
         .observe(started.elapsed().as_secs_f64());
     for (claim, why) in &decision.kept {
         tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
-    }
-    if let Some(at) = &decision.single_node_stopped_at {
-        tracing::info!(next_pass_starts_at = %at, timeout = ?ctx.settings.consolidation_timeouts().single_node, "single-node consolidation ran out of time");
     }
     (decision.command, decision.single_node_stopped_at)
 }

@@ -84,6 +84,20 @@ pub struct InstanceType {
     pub price_overlaid: bool,
 }
 
+/// Narrows the zone and capacity-type requirements to where `offerings` can still be bought,
+/// so requirement checks see where the type can actually launch.
+fn narrow_to_available(requirements: &mut Requirements, offerings: &[Offering]) {
+    let available = || offerings.iter().filter(|o| o.available);
+    requirements.add(
+        labels::ZONE,
+        Requirement::any_of(available().map(|o| o.zone.clone())),
+    );
+    requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::any_of(available().map(|o| o.capacity_type.as_str())),
+    );
+}
+
 impl InstanceType {
     /// Builds an instance type; zone and capacity-type requirements are derived from the
     /// available offerings so requirement checks see where it can actually launch.
@@ -94,16 +108,8 @@ impl InstanceType {
         overhead: Resources,
         offerings: Vec<Offering>,
     ) -> Self {
-        let available = || offerings.iter().filter(|o| o.available);
         requirements.add(labels::INSTANCE_TYPE, Requirement::any_of([name]));
-        requirements.add(
-            labels::ZONE,
-            Requirement::any_of(available().map(|o| o.zone.clone())),
-        );
-        requirements.add(
-            labels::CAPACITY_TYPE,
-            Requirement::any_of(available().map(|o| o.capacity_type.as_str())),
-        );
+        narrow_to_available(&mut requirements, &offerings);
         InstanceType {
             name: name.to_string(),
             requirements,
@@ -123,11 +129,7 @@ impl InstanceType {
         for o in copy.offerings.iter_mut().filter(|o| gone(o)) {
             o.available = false;
         }
-        let available = || copy.offerings.iter().filter(|o| o.available);
-        let zones = Requirement::any_of(available().map(|o| o.zone.clone()));
-        let capacity = Requirement::any_of(available().map(|o| o.capacity_type.as_str()));
-        copy.requirements.add(labels::ZONE, zones);
-        copy.requirements.add(labels::CAPACITY_TYPE, capacity);
+        narrow_to_available(&mut copy.requirements, &copy.offerings);
         copy
     }
 
