@@ -142,6 +142,7 @@ pub fn consolidation(
         settle: std::time::Duration::from_secs(30),
         spot_to_spot: false,
         single_node_from: None,
+        nominated: &Default::default(),
         policies: Default::default(),
         timeouts: Default::default(),
     });

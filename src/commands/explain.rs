@@ -104,6 +104,8 @@ pub async fn node(ctx: &Context, node: &str) -> Result<Explanation> {
         settle: settings.settle,
         spot_to_spot: settings.spot_to_spot,
         single_node_from: None,
+        // Nominations live in the running controller's memory only: none are seen from here.
+        nominated: &Default::default(),
         policies: settings.policies,
         timeouts: settings.timeouts,
     });

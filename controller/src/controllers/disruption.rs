@@ -102,6 +102,7 @@ async fn decide_now(
         settle: ctx.settings.disruption_settle,
         spot_to_spot: ctx.settings.spot_to_spot_consolidation,
         single_node_from,
+        nominated: &ctx.nominations.active(Instant::now()),
         policies: ctx.settings.policies(),
         timeouts: ctx.settings.consolidation_timeouts(),
     });

@@ -28,7 +28,7 @@ use crate::runtime::Context;
 const TICK: Duration = Duration::from_millis(200);
 /// An unchanged set of pending pods is solved again this often (capacity may have come back,
 /// a class may have become Ready).
-const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
 /// The same why-pending message is not repeated on a pod more often than this.
 const EVENT_REPEAT: Duration = Duration::from_secs(300);
 /// API writes (NodeClaims, Events) in flight at once.
@@ -147,6 +147,15 @@ async fn provision(
     let plan = solve_with(&built.problem, ctx.settings.policies());
     let solve_time = started.elapsed();
     ctx.metrics.solve_duration.observe(solve_time.as_secs_f64());
+    // Until kube-scheduler binds them, the nodes the plan fills look emptier than they are.
+    // A buffer's placeholders nominate nothing: its headroom is kept by its own rule.
+    ctx.nominations.nominate(
+        plan.existing
+            .iter()
+            .filter(|(_, pods)| pods.iter().any(|k| !buffer::is_virtual(k)))
+            .map(|(name, _)| name.as_str()),
+        Instant::now(),
+    );
 
     let pods_by_key: HashMap<PodKey, &Arc<Pod>> =
         snap.pods.iter().map(|p| (pod_key(p), p)).collect();
@@ -181,6 +190,7 @@ async fn provision(
         .collect()
         .await;
     let mut created = Vec::new();
+    let mut created_for_pods = Vec::new();
     let mut failed = Vec::new();
     for (i, result) in results {
         let planned = planned_claims[i];
@@ -193,6 +203,9 @@ async fn provision(
         };
         let name = made.name_any();
         created.push(name.clone());
+        if planned.pods.iter().any(|k| !buffer::is_virtual(k)) {
+            created_for_pods.push(name.clone());
+        }
         Metrics::count_pool(&ctx.metrics.nodeclaims_created, &planned.pool);
         let now = Timestamp::now();
         for key in &planned.pods {
@@ -214,6 +227,8 @@ async fn provision(
             "created NodeClaim"
         );
     }
+    ctx.nominations
+        .nominate(created_for_pods.iter().map(String::as_str), Instant::now());
     let pass_time = pass_started.elapsed();
     ctx.metrics
         .provisioning_pass

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kube::runtime::events::Recorder;
 
+use super::nominations::Nominations;
 use super::stores::Stores;
 use crate::cloud::{CloudProvider, InterruptionQueue};
 use crate::metrics::Metrics;
@@ -19,6 +20,8 @@ pub struct Context {
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// Nodes and NodeClaims the provisioner just planned pending pods onto.
+    pub nominations: Nominations,
 }
 
 impl Context {
@@ -37,6 +40,10 @@ impl Context {
             instance: Some(identity.to_string()),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let nominations = Nominations::new(
+            settings.batch_max,
+            crate::controllers::provisioner::RESOLVE_PERIOD,
+        );
         let ctx = Context {
             client,
             cloud,
@@ -45,6 +52,7 @@ impl Context {
             settings,
             metrics,
             recorder,
+            nominations,
         };
         (ctx, caches)
     }

@@ -6,6 +6,7 @@ mod context;
 pub mod events;
 pub mod finalizers;
 pub mod leader;
+pub mod nominations;
 pub mod server;
 pub mod stores;
 pub mod taints;

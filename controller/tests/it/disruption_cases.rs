@@ -1,6 +1,6 @@
 //! The disruption core case by case: which node goes, how, and why the others stay.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,7 +116,24 @@ fn snapshot(pool: Value, nodes: &[(Value, Value)], pods: &[Value]) -> Snapshot {
 }
 
 fn run(snap: &Snapshot) -> jointer_controller::core::disruption::Decision {
-    let types = types();
+    run_with(snap, types(), &Knobs::default())
+}
+
+/// What a case may set besides the objects and the types.
+#[derive(Default)]
+struct Knobs<'a> {
+    spot_to_spot: bool,
+    timeouts: ConsolidationTimeouts,
+    single_node_from: Option<&'a str>,
+    nominated: HashSet<String>,
+}
+
+/// Decides over `snap` with `types` per class, as `knobs` say, at `NOW`.
+fn run_with(
+    snap: &Snapshot,
+    types: HashMap<String, Vec<Arc<InstanceType>>>,
+    knobs: &Knobs,
+) -> jointer_controller::core::disruption::Decision {
     let (types_of_pool, _) = types_of_pools(snap, &types);
     decide(&Inputs {
         snapshot: snap,
@@ -124,10 +141,11 @@ fn run(snap: &Snapshot) -> jointer_controller::core::disruption::Decision {
         types_of_pool: &types_of_pool,
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
-        spot_to_spot: false,
-        single_node_from: None,
+        spot_to_spot: knobs.spot_to_spot,
+        single_node_from: knobs.single_node_from,
+        nominated: &knobs.nominated,
         policies: Default::default(),
-        timeouts: Default::default(),
+        timeouts: knobs.timeouts,
     })
 }
 
@@ -152,6 +170,35 @@ fn an_empty_node_is_deleted() {
     assert_eq!(c.method, Method::Empty);
     assert_eq!(c.candidates, ["claim-a"]);
     assert!((c.saving - 0.1).abs() < 1e-9);
+}
+
+/// A node the provisioner just planned pending pods onto looks empty until kube-scheduler
+/// binds them: kept, whether nominated by its Node's name or (still in flight when planned)
+/// its NodeClaim's.
+#[test]
+fn a_nominated_empty_node_is_kept_until_its_pods_bind() {
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "small", 2, LONG_AGO, json!({}))],
+        &[],
+    );
+    for name in ["a", "claim-a"] {
+        let knobs = Knobs {
+            nominated: HashSet::from([name.to_string()]),
+            ..Default::default()
+        };
+        let d = run_with(&snap, types(), &knobs);
+        assert!(
+            d.command.is_none(),
+            "{name}: {:?}",
+            d.command.map(|c| c.candidates)
+        );
+        assert!(
+            kept_reason(&d, "claim-a").contains("nominated"),
+            "{:?}",
+            d.kept
+        );
+    }
 }
 
 #[test]
@@ -412,18 +459,11 @@ fn a_spot_node_is_replaced_by_spot_only_when_allowed_and_with_enough_cheaper_typ
         let mut list = vec![spot_type("spotbig", 8, 0.2)];
         list.extend((0..count).map(|i| spot_type(&format!("s{i}"), 2, 0.01 + i as f64 * 0.001)));
         let types = HashMap::from([("c".to_string(), list)]);
-        let (types_of_pool, _) = types_of_pools(&snap, &types);
-        decide(&Inputs {
-            snapshot: &snap,
-            types_of_class: &types,
-            types_of_pool: &types_of_pool,
-            now: NOW.parse::<Timestamp>().unwrap(),
-            settle: Duration::from_secs(30),
+        let knobs = Knobs {
             spot_to_spot,
-            single_node_from: None,
-            policies: Default::default(),
-            timeouts: Default::default(),
-        })
+            ..Default::default()
+        };
+        run_with(&snap, types, &knobs)
     };
     let off = decide_with(20, false);
     assert!(off.command.is_none());
@@ -444,30 +484,11 @@ fn run_over(
     snap: &Snapshot,
     types: Vec<Arc<InstanceType>>,
 ) -> jointer_controller::core::disruption::Decision {
-    run_timed(snap, types, Default::default(), None)
+    run_with(snap, class_c(types), &Knobs::default())
 }
 
-/// Like [`run_over`], with consolidation's `timeouts` and where single-node consolidation
-/// starts.
-fn run_timed(
-    snap: &Snapshot,
-    types: Vec<Arc<InstanceType>>,
-    timeouts: ConsolidationTimeouts,
-    single_node_from: Option<&str>,
-) -> jointer_controller::core::disruption::Decision {
-    let types = HashMap::from([("c".to_string(), types)]);
-    let (types_of_pool, _) = types_of_pools(snap, &types);
-    decide(&Inputs {
-        snapshot: snap,
-        types_of_class: &types,
-        types_of_pool: &types_of_pool,
-        now: NOW.parse::<Timestamp>().unwrap(),
-        settle: Duration::from_secs(30),
-        spot_to_spot: false,
-        single_node_from,
-        policies: Default::default(),
-        timeouts,
-    })
+fn class_c(types: Vec<Arc<InstanceType>>) -> HashMap<String, Vec<Arc<InstanceType>>> {
+    HashMap::from([("c".to_string(), types)])
 }
 
 /// Single-node consolidation out of time after each candidate (a zero timeout: one try per
@@ -507,7 +528,12 @@ fn single_node_consolidation_resumes_where_it_ran_out_of_time() {
     let mut from: Option<String> = None;
     let mut stops = Vec::new();
     let command = loop {
-        let d = run_timed(&snap, types(), zero, from.as_deref());
+        let knobs = Knobs {
+            timeouts: zero,
+            single_node_from: from.as_deref(),
+            ..Default::default()
+        };
+        let d = run_with(&snap, class_c(types()), &knobs);
         if let Some(c) = d.command {
             break c;
         }
@@ -532,7 +558,7 @@ fn single_node_consolidation_resumes_where_it_ran_out_of_time() {
         "d is replaced by a cheaper seven"
     );
     // Given all the time it needs, one pass finds the same command and stops nowhere.
-    let whole = run_timed(&snap, types(), Default::default(), None);
+    let whole = run_over(&snap, types());
     assert_eq!(
         whole.command.map(|c| c.candidates),
         Some(vec!["claim-d".to_string()])

@@ -130,6 +130,16 @@ pub fn find<'a>(inputs: &Inputs<'a>) -> Found<'a> {
             .find(|c| c.type_ == INITIALIZED)
             .map(|c| c.last_transition_time.0)
             .unwrap_or(now);
+        let nominated = [claim.name_any(), node.name_any()]
+            .iter()
+            .any(|n| inputs.nominated.contains(n));
+        if nominated {
+            found.keep(
+                claim,
+                "pending pods are planned onto it (nominated): they are not bound yet",
+            );
+            continue;
+        }
         if since(now, initialized_at) < inputs.settle {
             found.keep(
                 claim,

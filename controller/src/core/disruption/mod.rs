@@ -14,7 +14,7 @@ pub mod expiration;
 pub mod price;
 pub mod repair;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,6 +102,9 @@ pub struct Inputs<'a> {
     /// A node initialized more recently than this is not a candidate (its pods are still
     /// arriving: it was launched for them).
     pub settle: Duration,
+    /// Nodes and in-flight NodeClaims (by name) the provisioner just planned pending pods
+    /// onto: not candidates, for they only look empty until kube-scheduler binds the pods.
+    pub nominated: &'a HashSet<String>,
     /// Replace a spot node by a cheaper spot node (off by default, as upstream: a spot price is
     /// low because the pool is deep; moving to the cheapest shallow pool invites interruptions).
     pub spot_to_spot: bool,
