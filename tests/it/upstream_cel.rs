@@ -85,6 +85,16 @@ fn corpus() -> Vec<(&'static str, Value)> {
             req(json!({"key": "team", "operator": "In", "values": ["a"], "minValues": 2})),
         ),
         (
+            // Upstream's provisioner writes every type a NodeClaim may launch into one
+            // requirement: hundreds of values, which the CRDs take without a count bound.
+            "pool: 600 instance types in one requirement",
+            pool(),
+            req(
+                json!({"key": "node.kubernetes.io/instance-type", "operator": "In",
+                "values": (0..600).map(|i| format!("x{i}.large")).collect::<Vec<_>>()}),
+            ),
+        ),
+        (
             "pool: restricted karpenter.sh label",
             pool(),
             json!({"spec": {"template": {"metadata": {"labels": {"karpenter.sh/team": "a"}}}}}),
@@ -290,6 +300,12 @@ fn corpus() -> Vec<(&'static str, Value)> {
             json!({"spec": {"kubelet": {"maxPods": -1}}}),
         ),
         ("overlay: valid", overlay(), json!({})),
+        (
+            "overlay: 600 instance types in one requirement",
+            overlay(),
+            json!({"spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                "values": (0..600).map(|i| format!("x{i}.large")).collect::<Vec<_>>()}]}}),
+        ),
         (
             "overlay: price and adjustment",
             overlay(),

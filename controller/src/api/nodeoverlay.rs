@@ -95,7 +95,9 @@ pub struct OverlayRequirement {
     pub key: String,
     pub operator: Operator,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("maxItems" = 100), inner(length(max = 63)))]
+    // No bound on the count, as upstream: its provisioner writes every instance type a
+    // NodeClaim may launch (hundreds) into one requirement.
+    #[schemars(inner(length(max = 63)))]
     pub values: Vec<String>,
 }
 

@@ -1188,9 +1188,12 @@ def handle_spot_price_history(gap, call):
                     if zones and zone not in zones:
                         continue
                     items.append((itype, zone, price))
+    # The documented range is 1-1000, but EC2 takes larger page sizes without complaint and
+    # upstream Karpenter asks for 2000: refuse only what EC2 refuses, serve 1000 at most.
     limit = int(p.get("MaxResults") or 1000)
-    if limit < 1 or limit > 1000:
-        raise AwsError("InvalidParameterValue", "MaxResults must be between 1 and 1000.")
+    if limit < 1:
+        raise AwsError("InvalidParameterValue", "MaxResults must be at least 1.")
+    limit = min(limit, 1000)
     start = decode_token(p.get("NextToken"))
     chunk = items[start:start + limit]
     token = encode_token(start + limit) if start + limit < len(items) else None

@@ -486,6 +486,9 @@ def spot_price_history():
         items += [(i["InstanceType"], i["AvailabilityZone"]) for i in page["SpotPriceHistory"]]
     expected = sorted((t, z) for t, e in prices["us-east-1"].items() for z in e["spot"])
     assert sorted(items) == expected and pages == -(-len(expected) // 50), (len(items), pages)
+    # Upstream Karpenter pages with MaxResults 2000, which EC2 accepts despite its documented 1000.
+    big = ec2.describe_spot_price_history(ProductDescriptions=["Linux/UNIX"], MaxResults=2000)
+    assert len(big["SpotPriceHistory"]) == min(len(expected), 1000), len(big["SpotPriceHistory"])
     assert ec2.describe_spot_price_history(ProductDescriptions=["Windows"])["SpotPriceHistory"] == []
     west = client("ec2", region="us-west-2").describe_spot_price_history(
         InstanceTypes=["g5.xlarge"])["SpotPriceHistory"]
