@@ -32,6 +32,12 @@ fn class() -> Value {
         "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}]}})
 }
 
+fn claim() -> Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "spec": {
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"},
+        "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}})
+}
+
 fn overlay() -> Value {
     json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "spec": {
         "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}],
@@ -298,6 +304,23 @@ fn corpus() -> Vec<(&'static str, Value)> {
             "class: negative maxPods",
             class(),
             json!({"spec": {"kubelet": {"maxPods": -1}}}),
+        ),
+        ("claim: valid", claim(), json!({})),
+        (
+            // Upstream's controller names the NodePool among a NodeClaim's requirements.
+            "claim: nodepool requirement",
+            claim(),
+            json!({"spec": {"requirements": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["a"]}]}}),
+        ),
+        (
+            "claim: hostname requirement",
+            claim(),
+            json!({"spec": {"requirements": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a"]}]}}),
+        ),
+        (
+            "claim: restricted karpenter.sh label",
+            claim(),
+            json!({"spec": {"requirements": [{"key": "karpenter.sh/team", "operator": "In", "values": ["a"]}]}}),
         ),
         ("overlay: valid", overlay(), json!({})),
         (

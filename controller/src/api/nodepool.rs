@@ -100,7 +100,11 @@ pub struct NodeClaimTemplateSpec {
     pub taints: Vec<Taint>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup_taints: Vec<Taint>,
-    #[x_kube(validation = Rule::new("size(self) <= 100").message("at most 100 requirements"))]
+    #[x_kube(
+        validation = Rule::new("size(self) <= 100").message("at most 100 requirements"),
+        validation = Rule::new("self.all(r, r.key != 'karpenter.sh/nodepool')")
+            .message("label \"karpenter.sh/nodepool\" is restricted: Karpenter sets it"),
+    )]
     #[schemars(extend("maxItems" = 100))]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     #[x_kube(

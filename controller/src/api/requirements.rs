@@ -32,10 +32,12 @@ pub enum Operator {
         .message("requirements with 'minValues' must have at least that many values specified in the 'values' field"),
     validation = Rule::new("!has(self.minValues) || (self.minValues >= 1 && self.minValues <= 50)")
         .message("minValues must be between 1 and 50"),
-    validation = Rule::new("self.key == 'karpenter.sh/capacity-type' || !self.key.matches('^([^/]+[.])?karpenter[.]sh/')")
+    // A NodeClaim names its NodePool among its requirements (upstream's controller writes
+    // it there); a NodePool may not, which its own field's rule says.
+    validation = Rule::new("self.key in ['karpenter.sh/capacity-type', 'karpenter.sh/nodepool'] || !self.key.matches('^([^/]+[.])?karpenter[.]sh/')")
         .message("label domain \"karpenter.sh\" is restricted (of its labels only karpenter.sh/capacity-type may be used)"),
-    validation = Rule::new("!(self.key in ['karpenter.sh/nodepool', 'kubernetes.io/hostname'])")
-        .message("label \"karpenter.sh/nodepool\" and \"kubernetes.io/hostname\" are restricted: Karpenter sets them"),
+    validation = Rule::new("self.key != 'kubernetes.io/hostname'")
+        .message("label \"kubernetes.io/hostname\" is restricted: Karpenter sets it"),
     validation = Rule::new("self.key.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && size(self.key) <= 316")
         .message("key must be a qualified label name such as 'example.com/team' or 'tier'"),
 )]

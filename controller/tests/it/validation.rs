@@ -89,7 +89,6 @@ fn min_values_cannot_exceed_values() {
 #[test]
 fn restricted_label_domains_are_refused() {
     for key in [
-        "karpenter.sh/nodepool",
         "kubernetes.io/hostname",
         "karpenter.sh/custom",
         "x.karpenter.sh/y",
@@ -98,6 +97,11 @@ fn restricted_label_domains_are_refused() {
             pool_with_requirement(&format!("{{ key: {key}, operator: Exists }}")).validate();
         assert_single_error(&errors, "spec.template.spec.requirements[0]", "restricted");
     }
+    // A NodeClaim may name its NodePool (upstream's controller writes it); a NodePool may not:
+    // the rule is on the NodePool's list.
+    let errors =
+        pool_with_requirement("{ key: karpenter.sh/nodepool, operator: Exists }").validate();
+    assert_single_error(&errors, "spec.template.spec.requirements", "restricted");
     let errors = nodepool(&format!(
         "  template:\n    metadata: {{ labels: {{ karpenter.sh/foo: x }} }}\n{}      requirements: []\n",
         &POOL_TEMPLATE["  template:\n".len()..]
@@ -220,7 +224,7 @@ fn selector_terms_need_content() {
 #[test]
 fn nodeclaim_spec_is_valid_on_create() {
     let claim: NodeClaim = serde_yaml::from_str(
-        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: { name: c }\nspec:\n  nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }\n  requirements: [ { key: node.kubernetes.io/instance-type, operator: In, values: [m5.large] } ]\n  resources: { requests: { cpu: 1500m, memory: 2Gi } }\n",
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: { name: c }\nspec:\n  nodeClassRef: { group: karpenter.k8s.aws, kind: EC2NodeClass, name: default }\n  requirements: [ { key: node.kubernetes.io/instance-type, operator: In, values: [m5.large] }, { key: karpenter.sh/nodepool, operator: In, values: [default] } ]\n  resources: { requests: { cpu: 1500m, memory: 2Gi } }\n",
     )
     .unwrap();
     assert_eq!(claim.validate(), vec![]);
