@@ -1044,8 +1044,9 @@ def addons(gap, call, key, cluster, rest):
 # ---- prices ------------------------------------------------------------------------------
 
 
-def sku_of(region, itype):
-    return hashlib.sha256(f"{region}/{itype}".encode()).hexdigest()[:16].upper()
+def sku_of(region, itype, tenancy="Shared"):
+    key = f"{region}/{itype}" if tenancy == "Shared" else f"{region}/{itype}/{tenancy}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16].upper()
 
 
 def instance_family_name(itype):
@@ -1063,7 +1064,10 @@ def fmt_gib(mib):
 
 
 def products(gap):
-    """Every product of the current price list, as (attributes, on-demand price, product doc)."""
+    """Every product of the current price list, as (what filters match, product doc). A
+    product's family sits beside its attributes, yet filters on it like one. Bare-metal types
+    are their own family, listed under shared and dedicated tenancy (upstream Karpenter asks
+    for the dedicated one, jointer for the shared one)."""
     with gap.lock:
         prices = gap.prices
     names = sorted({t for r in prices.values() for t in r})
@@ -1075,7 +1079,6 @@ def products(gap):
             if od is None:
                 continue
             it = info.get(itype) or {}
-            sku = sku_of(region, itype)
             attrs = {
                 "servicecode": "AmazonEC2", "servicename": "Amazon Elastic Compute Cloud",
                 "location": LOCATIONS.get(region, region), "locationType": "AWS Region",
@@ -1099,25 +1102,34 @@ def products(gap):
                 gpus = it.get("GpuInfo", {}).get("Gpus") or []
                 if gpus:
                     attrs["gpu"] = str(sum(g.get("Count", 0) for g in gpus))
-            term = "JRTCKXETXF"
-            rate = f"{sku}.{term}.6YS6EN2CT7"
-            doc = {
-                "product": {"productFamily": "Compute Instance", "attributes": attrs, "sku": sku},
-                "serviceCode": "AmazonEC2",
-                "terms": {"OnDemand": {f"{sku}.{term}": {
-                    "priceDimensions": {rate: {
-                        "unit": "Hrs", "endRange": "Inf",
-                        "description": f"${od:g} per On Demand Linux {itype} Instance Hour",
-                        "appliesTo": [], "rateCode": rate, "beginRange": "0",
-                        "pricePerUnit": {"USD": f"{od:.10f}"},
-                    }},
-                    "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z",
-                    "offerTermCode": term, "termAttributes": {},
-                }}},
-                "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
-            }
-            out.append((attrs, doc))
+            metal = itype.endswith(".metal")
+            family = "Compute Instance (bare metal)" if metal else "Compute Instance"
+            for tenancy in ("Shared", "Dedicated") if metal else ("Shared",):
+                attrs = {**attrs, "tenancy": tenancy}
+                doc = product_doc(sku_of(region, itype, tenancy), family, attrs, itype, od)
+                out.append(({**attrs, "productFamily": family}, doc))
     return out
+
+
+def product_doc(sku, family, attrs, itype, od):
+    """A price-list entry as GetProducts returns it (one JSON document per product)."""
+    term = "JRTCKXETXF"
+    rate = f"{sku}.{term}.6YS6EN2CT7"
+    return {
+        "product": {"productFamily": family, "attributes": attrs, "sku": sku},
+        "serviceCode": "AmazonEC2",
+        "terms": {"OnDemand": {f"{sku}.{term}": {
+            "priceDimensions": {rate: {
+                "unit": "Hrs", "endRange": "Inf",
+                "description": f"${od:g} per On Demand Linux {itype} Instance Hour",
+                "appliesTo": [], "rateCode": rate, "beginRange": "0",
+                "pricePerUnit": {"USD": f"{od:.10f}"},
+            }},
+            "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z",
+            "offerTermCode": term, "termAttributes": {},
+        }}},
+        "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
+    }
 
 
 def filter_matches(attrs, flt):

@@ -396,6 +396,10 @@ def flag_settings(flags):
         name, _, value = flag.partition("=")
         if not _ and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
             value, i = flags[i + 1], i + 1
+        # nodeadm hands the flags to kubelet through a systemd environment line, whose word
+        # splitting removes quotes: upstream Karpenter writes --node-labels="a=b,c=d".
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
         if name == "--node-labels":
             boot["labels"].update(key_values(value, "=", name))
         elif name == "--register-with-taints":

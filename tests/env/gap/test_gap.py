@@ -127,12 +127,14 @@ def node_role(iam):
     return name, arn, profile
 
 
-def user_data(cluster_doc, labels="", taints="", max_pods=None, endpoint=None):
+def user_data(cluster_doc, labels="", taints="", max_pods=None, endpoint=None, quoted=False):
+    """quoted: the flag values in double quotes, as upstream Karpenter writes them (Go's %q)."""
+    q = '"' if quoted else ""
     flags = []
     if labels:
-        flags.append(f"--node-labels={labels}")
+        flags.append(f"--node-labels={q}{labels}{q}")
     if taints:
-        flags.append(f"--register-with-taints={taints}")
+        flags.append(f"--register-with-taints={q}{taints}{q}")
     config = {"clusterDNS": ["10.96.0.10"]}
     if max_pods:
         config["maxPods"] = max_pods
@@ -436,6 +438,21 @@ def pricing_get_products():
     assert [json.loads(x)["product"]["attributes"]["regionCode"] for x in west] == ["us-west-2"]
     assert pricing.get_products(ServiceCode="AmazonEC2", Filters=[
         {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Windows"}])["PriceList"] == []
+    # Upstream Karpenter's query: the product family filters like an attribute.
+    family = lambda f: pricing.get_products(ServiceCode="AmazonEC2", Filters=LINUX_FILTERS + [
+        {"Type": "TERM_MATCH", "Field": "instanceType", "Value": "m5.large"},
+        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": "us-east-1"},
+        {"Type": "TERM_MATCH", "Field": "productFamily", "Value": f}])["PriceList"]
+    assert len(family("Compute Instance")) == 1 and family("Compute Instance (bare metal)") == []
+    # Bare metal is its own family, under shared and dedicated tenancy alike.
+    metal = lambda tenancy: [json.loads(x)["product"] for x in pricing.get_products(
+        ServiceCode="AmazonEC2", Filters=[
+            {"Type": "TERM_MATCH", "Field": "instanceType", "Value": "m5.metal"},
+            {"Type": "TERM_MATCH", "Field": "regionCode", "Value": "us-east-1"},
+            {"Type": "TERM_MATCH", "Field": "tenancy", "Value": tenancy}])["PriceList"]]
+    for tenancy in ("Shared", "Dedicated"):
+        (product,) = metal(tenancy)
+        assert product["productFamily"] == "Compute Instance (bare metal)", product
     _, prices = control("GET", "/_gap/prices")
     seen, pages = [], 0
     for page in pricing.get_paginator("get_products").paginate(
@@ -943,7 +960,7 @@ def node_join_end_to_end():
     w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
     cluster = eks.describe_cluster(name=CLUSTER)["cluster"]
     data = user_data(cluster, labels="karpenter.sh/nodepool=default,jointer.dev/test=e2e",
-                     taints="jointer.dev/dedicated=e2e:NoSchedule", max_pods=29)
+                     taints="jointer.dev/dedicated=e2e:NoSchedule", max_pods=29, quoted=True)
     lt, _, _ = fleet_setup(ec2, iam, ssm, w, data)
     ns = unique("e2e")
     kubectl("create", "namespace", ns)
