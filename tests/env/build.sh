@@ -122,6 +122,27 @@ build_upstream_crds() {
   cat "${dir}/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >> "${out}/crds.yaml"
 }
 
+# Upstream Karpenter's AWS controller, and its chart as upstream's release packages it: the
+# module's charts/karpenter with crds/ filled from pkg/apis/crds (in the repository crds/ holds
+# symlinks, which module zips drop), versioned like the controller.
+build_upstream_controller() {
+  local out="$1" dir version="${UPSTREAM_CONTROLLER_VERSION#v}"
+  (cd "${ENV_DIR}/karpenter" && GOTOOLCHAIN="$UPSTREAM_GOTOOLCHAIN" \
+    go_quiet build -trimpath -ldflags "-s -w" -o "${out}/controller" \
+    github.com/aws/karpenter-provider-aws/cmd/controller)
+  dir="$(cd "${ENV_DIR}/karpenter" && GOTOOLCHAIN="$UPSTREAM_GOTOOLCHAIN" \
+    go list -m -f '{{.Dir}}' github.com/aws/karpenter-provider-aws)"
+  mkdir -p "${out}/src"
+  cp -R "${dir}/charts/karpenter" "${out}/src/karpenter"
+  chmod -R u+w "${out}/src"
+  rm -rf "${out}/src/karpenter/crds"
+  mkdir "${out}/src/karpenter/crds"
+  cp "${dir}"/pkg/apis/crds/*.yaml "${out}/src/karpenter/crds/"
+  "${HELM_BIN}/helm" package --version "$version" --app-version "$version" \
+    --destination "$out" "${out}/src/karpenter" > /dev/null
+  rm -rf "${out}/src"
+}
+
 # The CNCF distribution registry, through the wrapper module (only the storage drivers and
 # the auth the test environment uses); the same binary hashes the htpasswd password.
 build_registry() {
@@ -149,6 +170,7 @@ build_component helm "$HELM_VERSION" "$HELM_BIN" build_helm
 build_component moto "$MOTO_VERSION" "$MOTO_DIR" build_moto
 build_component karpenter-crds "$KARPENTER_VERSION" "$UPSTREAM_CRDS_DIR" build_upstream_crds
 build_component registry "$REGISTRY_VERSION" "$REGISTRY_BIN" build_registry
+build_component karpenter "$UPSTREAM_CONTROLLER_VERSION" "$UPSTREAM_CONTROLLER_DIR" build_upstream_controller
 
 if [[ "$built_any" == 0 ]]; then
   log "all components cached under ${CACHE_DIR}"

@@ -7,6 +7,10 @@
 #   tests/env/controller.sh start      # builds the binary if needed
 #   tests/env/controller.sh logs       # follows its JSON log
 #   tests/env/controller.sh stop
+#
+# Or upstream Karpenter (built by build.sh from Go modules) on the same world, after
+# `jointer apply` with `controller: { install: helm, helm: { chart: $JOINTER_UPSTREAM_CHART } }`:
+# `start --upstream` runs it with the environment the chart gave the karpenter Deployment.
 set -euo pipefail
 ENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${ENV_DIR}/../.." && pwd)"
@@ -19,6 +23,22 @@ LOG_FILE="${RUN_DIR}/controller.log"
 pid() { read -r p _ < "$PID_FILE" && echo "$p"; }
 running() { [[ -f "$PID_FILE" ]] && kill -0 "$(pid)" 2> /dev/null; }
 
+start_upstream() {
+  local env_lines
+  env_lines="$(kubectl get deployment -n kube-system karpenter \
+    -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}={.value}{"\n"}{end}')" \
+    || { echo "no karpenter Deployment in kube-system: jointer apply with controller.install: helm first" >&2; exit 1; }
+  local -a envs=()
+  while IFS= read -r line; do
+    [[ -n "${line#*=}" ]] && envs+=("$line")
+  done <<< "$env_lines"
+  env "${envs[@]}" SYSTEM_NAMESPACE=kube-system DISABLE_LEADER_ELECTION=true \
+    METRICS_PORT="${JOINTER_CONTROLLER_METRICS_PORT:-28080}" \
+    HEALTH_PROBE_PORT="${JOINTER_CONTROLLER_HEALTH_PORT:-28081}" \
+    nohup "$JOINTER_UPSTREAM_CONTROLLER" >> "$LOG_FILE" 2>&1 &
+  echo "$! ${JOINTER_UPSTREAM_CONTROLLER}" > "$PID_FILE"
+}
+
 case "${1:-}" in
   start)
     if running; then echo "controller already running (pid $(pid)); log: ${LOG_FILE}"; exit 0; fi
@@ -26,6 +46,13 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     source "${RUN_DIR}/env"
     [[ -f "${RUN_DIR}/world.json" ]] || { echo "no world: run tests/env/world.sh" >&2; exit 1; }
+    if [[ "${2:-}" == "--upstream" ]]; then
+      start_upstream
+      sleep 3
+      running || { echo "upstream Karpenter exited; last log lines:" >&2; tail -20 "$LOG_FILE" >&2; exit 1; }
+      echo "upstream Karpenter running (pid $(pid)); metrics on :${JOINTER_CONTROLLER_METRICS_PORT:-28080}; log: ${LOG_FILE}"
+      exit 0
+    fi
     (cd "$ROOT" && cargo build -q -p jointer-controller)
     cluster="$("$JOINTER_TESTENV_PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["cluster"]["name"])' "${RUN_DIR}/world.json")"
     CLUSTER_NAME="$cluster" \
@@ -55,6 +82,6 @@ case "${1:-}" in
     exec tail -n 50 -f "$LOG_FILE"
     ;;
   *)
-    echo "usage: $0 start|stop|logs" >&2; exit 2
+    echo "usage: $0 start [--upstream]|stop|logs" >&2; exit 2
     ;;
 esac

@@ -27,6 +27,9 @@ MOTO_VERSION="5.2.5"    # keep in sync with requirements.txt
 # the module proxy serves this toolchain.
 KARPENTER_VERSION="$(gomod_version "${ENV_DIR}/upstream-crds/go.mod" github.com/aws/karpenter-provider-aws)"
 UPSTREAM_GOTOOLCHAIN="go1.27.3"
+# Upstream Karpenter's controller itself, built from karpenter/go.mod: v1.15.0, the newest
+# release whose core module (sigs.k8s.io/karpenter) the module proxy serves.
+UPSTREAM_CONTROLLER_VERSION="$(gomod_version "${ENV_DIR}/karpenter/go.mod" github.com/aws/karpenter-provider-aws)"
 # The CNCF distribution registry behind the gap layer's ECR (read from registry/go.mod).
 REGISTRY_VERSION="$(gomod_version "${ENV_DIR}/registry/go.mod" github.com/distribution/distribution/v3)"
 
@@ -36,6 +39,7 @@ KWOK_BIN="${CACHE_DIR}/kwok-${KWOK_VERSION}"
 HELM_BIN="${CACHE_DIR}/helm-${HELM_VERSION}"
 MOTO_DIR="${CACHE_DIR}/moto-${MOTO_VERSION}"
 UPSTREAM_CRDS_DIR="${CACHE_DIR}/karpenter-crds-${KARPENTER_VERSION}"
+UPSTREAM_CONTROLLER_DIR="${CACHE_DIR}/karpenter-${UPSTREAM_CONTROLLER_VERSION}"
 REGISTRY_BIN="${CACHE_DIR}/registry-${REGISTRY_VERSION}"
 MOTO_PYTHON="${MOTO_DIR}/venv/bin/python"
 

@@ -554,6 +554,8 @@ phase "node-join simulator running (registration delay ${NODE_JOIN_DELAY_MS} ms,
   printf 'export JOINTER_TESTENV_RUN_DIR=%q\n' "$RUN_DIR"
   printf 'export JOINTER_TESTENV_PYTHON=%q\n' "$MOTO_PYTHON"
   printf 'export JOINTER_UPSTREAM_CRDS=%q\n' "${UPSTREAM_CRDS_DIR}/crds.yaml"
+  printf 'export JOINTER_UPSTREAM_CONTROLLER=%q\n' "${UPSTREAM_CONTROLLER_DIR}/controller"
+  printf 'export JOINTER_UPSTREAM_CHART=%q\n' "${UPSTREAM_CONTROLLER_DIR}/karpenter-${UPSTREAM_CONTROLLER_VERSION#v}.tgz"
   printf 'export JOINTER_TESTENV_REGISTRY=%q\n' "127.0.0.1:${REGISTRY_PORT}"
   # shellcheck disable=SC2016 # $PATH is expanded when the env file is sourced
   printf 'export PATH=%q:"$PATH"\n' "${K8S_BIN}:${ETCD_BIN}:${KWOK_BIN}:${HELM_BIN}"

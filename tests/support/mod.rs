@@ -4,6 +4,7 @@
 pub mod controller;
 pub mod harness;
 pub mod testenv;
+pub mod upstream;
 pub mod world;
 
 use std::path::{Path, PathBuf};

@@ -1,27 +1,38 @@
-//! The CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer), server-side applied on every run: unlike
-//! `helm upgrade`, which never touches CRDs, this upgrades their schemas in place, and the
-//! objects stored under them stay.
+//! The CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer), server-side
+//! applied on every run: unlike `helm upgrade`, which never touches CRDs, this upgrades their
+//! schemas in place, and the objects stored under them stay. With `controller.install: helm`
+//! they are the chart's own, so upstream's controller runs on exactly upstream's API.
 
 use anyhow::Result;
 use serde_json::Value;
 
 use super::kube_objects::{self, ownership_labels, with_labels, ObjectRef};
 use crate::bootstrap::{Change, Context, Goal, Op, Step, StepPlan};
+use crate::input::config::Install;
 
 /// Which jointer version the applied CRDs came from (an older one is drift).
 pub const VERSION_LABEL: &str = "jointer.dev/version";
 
-/// The bundled CRDs, labelled for this cluster and version.
+/// The CRDs, labelled for this cluster and version: jointer's bundled ones, or with
+/// `controller.install: helm` the chart's own.
 pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
     let mut labels = ownership_labels(&ctx.cluster.name);
     labels.insert(
         VERSION_LABEL.to_string(),
         env!("CARGO_PKG_VERSION").to_string(),
     );
-    jointer_controller::crds::all()
+    let crds = if ctx.config.controller.install == Install::Helm {
+        super::controller::helm::chart_crds(ctx)?
+    } else {
+        jointer_controller::crds::all()
+            .into_iter()
+            .map(|(_, crd)| serde_json::to_value(crd))
+            .collect::<Result<_, _>>()?
+    };
+    Ok(crds
         .into_iter()
-        .map(|(_, crd)| Ok(with_labels(serde_json::to_value(crd)?, &labels)))
-        .collect()
+        .map(|crd| with_labels(crd, &labels))
+        .collect())
 }
 
 /// A CRD of an API group other tools install too: CapacityBuffer's

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 use anyhow::{bail, Context as _, Result};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::bootstrap::cluster::kube_objects::differences;
@@ -75,6 +76,32 @@ fn run_ok(ctx: &Context, args: &[&str]) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The CRDs the chart carries (its `crds/`), as upstream ships them: with `install: helm`
+/// these are what jointer applies, never its own, so the upstream controller gets exactly
+/// the API it was built for. Helm itself installs them only once and never upgrades them.
+pub fn chart_crds(ctx: &Context) -> Result<Vec<Value>> {
+    let chart = chart(ctx);
+    let mut args = vec!["show", "crds", chart.as_str()];
+    if let Some(version) = &ctx.config.controller.helm.version {
+        args.extend(["--version", version]);
+    }
+    let text = run_ok(ctx, &args)?;
+    let mut crds = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let crd = Value::deserialize(document)
+            .with_context(|| format!("the CRDs of chart {chart} are not valid YAML"))?;
+        if crd["kind"] == "CustomResourceDefinition" {
+            crds.push(crd);
+        }
+    }
+    if crds.is_empty() {
+        bail!(
+            "chart {chart} carries no CRDs (no crds/ directory): with controller.install: helm jointer applies the chart's own; use a packaged release of the chart (e.g. oci://public.ecr.aws/karpenter/karpenter), whose crds/ holds them"
+        );
+    }
+    Ok(crds)
 }
 
 /// The release as Helm lists it, if installed.
@@ -189,9 +216,11 @@ pub async fn execute(ctx: &Context, action: &Action) -> Result<()> {
             let file = values_file(values)?;
             let chart = chart(ctx);
             let path = file.path().display().to_string();
+            // The CRDs step applied the chart's CRDs already, and keeps them upgraded.
             let mut args = vec![
                 "upgrade",
                 "--install",
+                "--skip-crds",
                 HELM_RELEASE,
                 &chart,
                 "--values",

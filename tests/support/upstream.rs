@@ -1,0 +1,79 @@
+//! Upstream Karpenter's controller (built by tests/env/build.sh from Go modules) as a local
+//! process, with the settings its chart gave the Deployment `jointer apply` installed: the
+//! peer jointer is measured against, on the same test world.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+
+use super::testenv;
+
+pub struct UpstreamController {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl UpstreamController {
+    /// Starts the controller with the environment of the chart's Deployment `namespace/name`
+    /// (cluster name and endpoint, queue, batching, feature gates, …), its probes on
+    /// `port_base` and `port_base + 1`. Out of the cluster it elects no leader.
+    pub async fn start(
+        client: &kube::Client,
+        namespace: &str,
+        name: &str,
+        port_base: u16,
+    ) -> UpstreamController {
+        testenv::require();
+        let binary = std::env::var("JOINTER_UPSTREAM_CONTROLLER")
+            .expect("JOINTER_UPSTREAM_CONTROLLER (source tests/env/.run/env)");
+        let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+            .get(name)
+            .await
+            .expect("the chart's Deployment");
+        let env: Vec<(String, String)> = deployment
+            .spec
+            .template
+            .spec
+            .and_then(|p| p.containers.into_iter().next())
+            .and_then(|c| c.env)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value.filter(|v| !v.is_empty())?)))
+            .collect();
+        let log = std::env::temp_dir().join(format!("{name}-{namespace}-upstream.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary)
+            .envs(env)
+            .env("SYSTEM_NAMESPACE", namespace)
+            .env("METRICS_PORT", port_base.to_string())
+            .env("HEALTH_PROBE_PORT", (port_base + 1).to_string())
+            .env("DISABLE_LEADER_ELECTION", "true")
+            .stdout(Stdio::from(file.try_clone().expect("log")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start upstream Karpenter");
+        UpstreamController { child, log }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log lines at level ERROR.
+    pub fn errors(&self) -> Vec<String> {
+        self.logs()
+            .lines()
+            .filter(|l| l.contains("\"level\":\"ERROR\""))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for UpstreamController {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
