@@ -28,7 +28,7 @@ use crate::runtime::Context;
 const TICK: Duration = Duration::from_millis(200);
 /// An unchanged set of pending pods is solved again this often (capacity may have come back,
 /// a class may have become Ready).
-pub(crate) const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
+const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
 /// The same why-pending message is not repeated on a pod more often than this.
 const EVENT_REPEAT: Duration = Duration::from_secs(300);
 /// API writes (NodeClaims, Events) in flight at once.

@@ -40,10 +40,7 @@ impl Context {
             instance: Some(identity.to_string()),
         };
         let recorder = Recorder::new(client.clone(), reporter);
-        let nominations = Nominations::new(
-            settings.batch_max,
-            crate::controllers::provisioner::RESOLVE_PERIOD,
-        );
+        let nominations = Nominations::new(settings.batch_max);
         let ctx = Context {
             client,
             cloud,

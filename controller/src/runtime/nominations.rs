@@ -13,12 +13,11 @@ pub struct Nominations {
 }
 
 impl Nominations {
-    /// Upstream's window, `max(2 × BATCH_MAX_DURATION, 10 s)`, plus `resolve_period`: the
-    /// provisioner re-plans an unchanged pending set only that often, and each plan renews
-    /// the nomination, so it does not lapse while the pods still wait.
-    pub fn new(batch_max: Duration, resolve_period: Duration) -> Nominations {
+    /// Upstream's window, `max(2 × BATCH_MAX_DURATION, 10 s)`. The provisioner re-plans a
+    /// still-pending set every 10 s, and each plan renews the nomination.
+    pub fn new(batch_max: Duration) -> Nominations {
         Nominations {
-            window: (2 * batch_max).max(Duration::from_secs(10)) + resolve_period,
+            window: (2 * batch_max).max(Duration::from_secs(10)),
             until: Mutex::default(),
         }
     }
@@ -46,9 +45,9 @@ mod tests {
 
     #[test]
     fn a_nomination_lasts_its_window_and_is_renewed_by_the_next() {
-        let n = Nominations::new(Duration::ZERO, Duration::ZERO);
+        let n = Nominations::new(Duration::from_secs(2));
         assert_eq!(n.window, Duration::from_secs(10), "never under 10 s");
-        let n = Nominations::new(Duration::from_secs(10), Duration::from_secs(10));
+        let n = Nominations::new(Duration::from_secs(15));
         assert_eq!(n.window, Duration::from_secs(30));
 
         let t0 = Instant::now();
