@@ -137,6 +137,20 @@ pub struct DisruptionSettings {
     pub timeouts: jointer_controller::core::disruption::ConsolidationTimeouts,
 }
 
+/// A Deployment's first container's environment with literal values, as (name, value).
+pub fn container_env(d: &Deployment) -> Vec<(String, String)> {
+    d.spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect()
+}
+
 /// The settings the installed bundled controller runs with (its Deployment's env), so
 /// `explain node` agrees with it; the controller's defaults when it runs some other way.
 pub async fn controller_settings(
@@ -145,17 +159,8 @@ pub async fn controller_settings(
 ) -> DisruptionSettings {
     use jointer_controller::settings::{seconds, DEFAULT_DISRUPTION_SETTLE};
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), &controller.namespace);
-    let env: Vec<(String, String)> = match deployments.get_opt(BUNDLED_DEPLOYMENT).await {
-        Ok(Some(d)) => d
-            .spec
-            .template
-            .spec
-            .and_then(|p| p.containers.into_iter().next())
-            .and_then(|c| c.env)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|e| Some((e.name, e.value?)))
-            .collect(),
+    let env = match deployments.get_opt(BUNDLED_DEPLOYMENT).await {
+        Ok(Some(d)) => container_env(&d),
         _ => Vec::new(),
     };
     let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());

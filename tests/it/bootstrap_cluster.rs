@@ -10,6 +10,7 @@ use crate::support::testenv::{
 };
 use crate::support::upstream::UpstreamController;
 use crate::support::world::Setup;
+use jointer::cluster::container_env;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -32,20 +33,6 @@ fn nodeclasses(client: &kube::Client) -> Api<DynamicObject> {
         "ec2nodeclasses",
     );
     Api::all_with(client.clone(), &resource)
-}
-
-/// The first container's environment, as (name, value).
-fn container_env(d: &Deployment) -> Vec<(String, String)> {
-    d.spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|p| p.containers.first())
-        .and_then(|c| c.env.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect()
 }
 
 /// What one jointer run cost: wall time, AWS calls (gap-layer log) and API server requests

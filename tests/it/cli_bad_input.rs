@@ -197,9 +197,27 @@ fn min_values_above_the_value_count() {
 #[test]
 fn restricted_label_domain() {
     render_refuses_requirement(
-        "{ key: karpenter.sh/nodepool, operator: In, values: [x] }",
-        "restricted",
+        "{ key: karpenter.sh/team, operator: In, values: [x] }",
+        "label domain \"karpenter.sh\" is restricted",
     );
+    // A NodeClaim may name its NodePool; a NodePool's requirement list may not (the rule is on
+    // the list, so the error points there).
+    let ws = Workspace::new();
+    with_templates(
+        &ws,
+        &[
+            ("class.yaml", CLASS),
+            (
+                "pool.yaml",
+                &pool_with_requirement("{ key: karpenter.sh/nodepool, operator: In, values: [x] }"),
+            ),
+        ],
+    );
+    ws.jointer(&["render"]).refused(&[
+        "pool.yaml (rendered):7:",
+        "NodePool/default spec.template.spec.requirements:",
+        "label \"karpenter.sh/nodepool\" is restricted",
+    ]);
 }
 
 #[test]

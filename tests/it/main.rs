@@ -14,6 +14,7 @@ mod figures;
 mod fuzz_corpus;
 mod provisioning;
 mod scale;
+mod sidebyside;
 mod simulate;
 mod testenv;
 mod testenv_gap;

@@ -106,7 +106,7 @@ async fn service_account_kubeconfig(admin: &kube::Client, cluster: &str) -> Path
     out
 }
 
-async fn namespace(client: &kube::Client, name: &str) {
+pub(crate) async fn namespace(client: &kube::Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
     api.create(
         &PostParams::default(),

@@ -98,7 +98,7 @@ async fn poll(admin: &kube::Client, ns: &str) -> Option<Poll> {
 }
 
 /// $/hour of the NodeClaims by the test world's fixture prices.
-fn dollars_per_hour(claims: &[DynamicObject]) -> f64 {
+pub(crate) fn dollars_per_hour(claims: &[DynamicObject]) -> f64 {
     let prices = fixture_prices();
     claims
         .iter()

@@ -32,15 +32,10 @@ impl UpstreamController {
             .get(name)
             .await
             .expect("the chart's Deployment");
-        let env: Vec<(String, String)> = deployment
-            .spec
-            .template
-            .spec
-            .and_then(|p| p.containers.into_iter().next())
-            .and_then(|c| c.env)
-            .unwrap_or_default()
+        // As the chart renders it: an empty value means the setting is unset.
+        let env: Vec<(String, String)> = jointer::cluster::container_env(&deployment)
             .into_iter()
-            .filter_map(|e| Some((e.name, e.value.filter(|v| !v.is_empty())?)))
+            .filter(|(_, value)| !value.is_empty())
             .collect();
         let log = std::env::temp_dir().join(format!("{name}-{namespace}-upstream.log"));
         let file = std::fs::File::create(&log).expect("log file");
@@ -55,6 +50,11 @@ impl UpstreamController {
             .spawn()
             .expect("start upstream Karpenter");
         UpstreamController { child, log }
+    }
+
+    /// The highest resident set size so far, in KiB.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        testenv::proc_status_kib(self.child.id(), "VmHWM:")
     }
 
     pub fn logs(&self) -> String {
