@@ -147,12 +147,28 @@ async fn provision(
     let plan = solve_with(&built.problem, ctx.settings.policies());
     let solve_time = started.elapsed();
     ctx.metrics.solve_duration.observe(solve_time.as_secs_f64());
-    // Until kube-scheduler binds them, the nodes the plan fills look emptier than they are.
-    // A buffer's placeholders nominate nothing: its headroom is kept by its own rule.
+    // A node that joins for pending pods looks empty until kube-scheduler binds them: the
+    // in-flight NodeClaims the plan fills are nominated (a registered node the plan fills is
+    // not: were kube-scheduler to keep refusing it, a nomination renewed by every re-plan
+    // would hold it from consolidation for good). A buffer's placeholders nominate nothing:
+    // its headroom is kept by its own rule.
+    let in_flight: BTreeSet<&str> = snap
+        .nodeclaims
+        .iter()
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()
+        })
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
     ctx.nominations.nominate(
         plan.existing
             .iter()
-            .filter(|(_, pods)| pods.iter().any(|k| !buffer::is_virtual(k)))
+            .filter(|(name, pods)| {
+                in_flight.contains(name.as_str()) && pods.iter().any(|k| !buffer::is_virtual(k))
+            })
             .map(|(name, _)| name.as_str()),
         Instant::now(),
     );
