@@ -66,6 +66,11 @@ fn unschedulable_since(p: &Pod) -> Option<Timestamp> {
         .or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
+/// Whether `pods` has one that is not a CapacityBuffer's placeholder.
+fn holds_real_pods(pods: &[PodKey]) -> bool {
+    pods.iter().any(|k| !buffer::is_virtual(k))
+}
+
 struct Batch {
     started: Instant,
     changed: Instant,
@@ -166,9 +171,7 @@ async fn provision(
     ctx.nominations.nominate(
         plan.existing
             .iter()
-            .filter(|(name, pods)| {
-                in_flight.contains(name.as_str()) && pods.iter().any(|k| !buffer::is_virtual(k))
-            })
+            .filter(|(name, pods)| in_flight.contains(name.as_str()) && holds_real_pods(pods))
             .map(|(name, _)| name.as_str()),
         Instant::now(),
     );
@@ -219,7 +222,7 @@ async fn provision(
         };
         let name = made.name_any();
         created.push(name.clone());
-        if planned.pods.iter().any(|k| !buffer::is_virtual(k)) {
+        if holds_real_pods(&planned.pods) {
             created_for_pods.push(name.clone());
         }
         Metrics::count_pool(&ctx.metrics.nodeclaims_created, &planned.pool);
