@@ -568,7 +568,8 @@ async fn the_helm_path_installs_upstream_karpenter_which_provisions_on_the_setup
 /// nowhere and they run on its nodes, with no error from it about the world jointer set up.
 async fn upstream_provisions(client: &kube::Client, s: &Setup) -> UpstreamController {
     use k8s_openapi::api::core::v1::Pod;
-    let upstream = UpstreamController::start(client, "kube-system", "karpenter", 28380).await;
+    let upstream =
+        UpstreamController::start(client, &s.cluster, "kube-system", "karpenter", 28380).await;
     let ns = testenv::unique("upstream");
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let created = json!({"metadata": {"name": ns}});

@@ -12,6 +12,7 @@ mod controller_image;
 mod crash_process;
 mod figures;
 mod fuzz_corpus;
+mod permissions;
 mod provisioning;
 mod scale;
 mod sidebyside;

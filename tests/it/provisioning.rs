@@ -106,6 +106,20 @@ async fn service_account_kubeconfig(admin: &kube::Client, cluster: &str) -> Path
     out
 }
 
+/// The controller role's AWS credentials as EKS Pod Identity gives them to the pods of the
+/// ServiceAccount `jointer apply` installed: every AWS call is then evaluated against the
+/// policies apply attached.
+pub(crate) async fn controller_role(admin: &kube::Client, s: &Setup) -> testenv::PodIdentity {
+    testenv::PodIdentity::new(
+        admin,
+        &s.cluster,
+        "kube-system",
+        "jointer-controller",
+        "jointer-controller",
+    )
+    .await
+}
+
 pub(crate) async fn namespace(client: &kube::Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
     api.create(
@@ -314,6 +328,8 @@ pub(crate) struct Scene<'a> {
     pub(crate) controller: Controller,
     admin: kube::Client,
     pub(crate) ns: String,
+    /// Actions a test makes the controller's role be refused on purpose.
+    refusals_expected: Vec<&'static str>,
 }
 
 impl<'a> Scene<'a> {
@@ -328,7 +344,9 @@ impl<'a> Scene<'a> {
         port: u16,
         kubeconfig: Option<&std::path::Path>,
     ) -> Scene<'a> {
-        let controller = Controller::start(&s.cluster, "replica-a", port, kubeconfig);
+        let role = controller_role(admin, s).await;
+        let controller =
+            Controller::start_with(&s.cluster, "replica-a", port, kubeconfig, Some(role));
         let ns = s.cluster.clone();
         namespace(admin, &ns).await;
         Scene {
@@ -336,7 +354,14 @@ impl<'a> Scene<'a> {
             controller,
             admin: admin.clone(),
             ns,
+            refusals_expected: Vec::new(),
         }
+    }
+
+    /// The test makes IAM refuse `action` to the controller on purpose: [`Scene::end`] does
+    /// not count it.
+    pub(crate) fn expect_refusals_of(&mut self, action: &'static str) {
+        self.refusals_expected.push(action);
     }
 
     /// Tears the world down with the controller running, then removes the namespace.
@@ -344,9 +369,24 @@ impl<'a> Scene<'a> {
         self.end_within(180).await;
     }
 
-    /// [`Scene::end`] with teardown's `--timeout`.
+    /// [`Scene::end`] with teardown's `--timeout`. Every AWS call the controller made as its
+    /// role, from start to teardown, was allowed by the policies apply attached.
     pub(crate) async fn end_within(self, seconds: u64) {
-        teardown(self._cleanup.0, seconds);
+        let s = self._cleanup.0;
+        teardown(s, seconds);
+        let refused: Vec<_> = testenv::iam_refusals(&s.cluster)
+            .into_iter()
+            .filter(|d| {
+                !self
+                    .refusals_expected
+                    .iter()
+                    .any(|a| d["action"].as_str() == Some(a))
+            })
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "IAM refused the controller role these calls: {refused:#?}"
+        );
         let _ = Api::<Namespace>::all(self.admin.clone())
             .delete(&self.ns, &DeleteParams::default())
             .await;
@@ -1033,7 +1073,13 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
     write_templates(&s, "");
     s.apply();
     let admin = testenv::kube().await;
-    let first = Controller::start(&s.cluster, "replica-a", 28210, None);
+    let first = Controller::start_with(
+        &s.cluster,
+        "replica-a",
+        28210,
+        None,
+        Some(controller_role(&admin, &s).await),
+    );
     let _cleanup = TeardownOnPanic(&s);
     let ns = s.cluster.clone();
     namespace(&admin, &ns).await;
@@ -1137,7 +1183,13 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         .to_string();
 
     // A failure from here on tears down while this replica still drains (dropped before it).
-    let second = Controller::start(&s.cluster, "replica-b", 28220, None);
+    let second = Controller::start_with(
+        &s.cluster,
+        "replica-b",
+        28220,
+        None,
+        Some(controller_role(&admin, &s).await),
+    );
     let _cleanup_with_replica = TeardownOnPanic(&s);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     wait_for(
@@ -2171,7 +2223,13 @@ async fn teardown_without_a_controller_stops_at_once_or_with_force_leaks_nothing
     write_templates(&s, "");
     s.apply();
     let admin = testenv::kube().await;
-    let controller = Controller::start(&s.cluster, "replica-a", 28250, None);
+    let controller = Controller::start_with(
+        &s.cluster,
+        "replica-a",
+        28250,
+        None,
+        Some(controller_role(&admin, &s).await),
+    );
     namespace(&admin, &s.cluster).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &s.cluster);
     deployments

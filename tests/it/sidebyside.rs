@@ -22,7 +22,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::provisioning::{
-    class_ready, deployment, namespace, world_claims, write_templates, WORLD_LABEL,
+    class_ready, controller_role, deployment, namespace, world_claims, write_templates, WORLD_LABEL,
 };
 use super::scale::dollars_per_hour;
 use crate::support::controller::Controller;
@@ -97,9 +97,15 @@ async fn seed_scale_up(peer: Peer, port: u16) -> Row {
     let ns = s.cluster.clone();
     namespace(&admin, &ns).await;
     let running = match peer {
-        Peer::Jointer => Running::Jointer(Controller::start(&s.cluster, "replica-a", port, None)),
+        Peer::Jointer => Running::Jointer(Controller::start_with(
+            &s.cluster,
+            "replica-a",
+            port,
+            None,
+            Some(controller_role(&admin, &s).await),
+        )),
         Peer::Upstream => Running::Upstream(
-            UpstreamController::start(&admin, "kube-system", "karpenter", port).await,
+            UpstreamController::start(&admin, &s.cluster, "kube-system", "karpenter", port).await,
         ),
     };
     class_ready(&admin, &s.cluster).await;

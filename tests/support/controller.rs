@@ -15,6 +15,7 @@ pub struct Controller {
     cluster: String,
     identity: String,
     kubeconfig: Option<PathBuf>,
+    aws: Option<testenv::PodIdentity>,
 }
 
 /// The binary `cargo test --workspace` builds next to this crate's.
@@ -32,13 +33,25 @@ fn binary() -> PathBuf {
 }
 
 impl Controller {
-    /// Starts a replica for `cluster`. `kubeconfig` replaces the admin one (e.g. with the
-    /// controller ServiceAccount's token).
+    /// Starts a replica for `cluster` with the environment's admin AWS credentials.
+    /// `kubeconfig` replaces the admin one (e.g. with the controller ServiceAccount's token).
     pub fn start(
         cluster: &str,
         identity: &str,
         port_base: u16,
         kubeconfig: Option<&Path>,
+    ) -> Controller {
+        Controller::start_with(cluster, identity, port_base, kubeconfig, None)
+    }
+
+    /// Starts a replica whose AWS calls are made as the controller role, through Pod Identity
+    /// (and evaluated against the role's policies), when `aws` is given.
+    pub fn start_with(
+        cluster: &str,
+        identity: &str,
+        port_base: u16,
+        kubeconfig: Option<&Path>,
+        aws: Option<testenv::PodIdentity>,
     ) -> Controller {
         testenv::require();
         let log = std::env::temp_dir().join(format!("{cluster}-{identity}.log"));
@@ -50,6 +63,7 @@ impl Controller {
             cluster: cluster.to_string(),
             identity: identity.to_string(),
             kubeconfig: kubeconfig.map(Path::to_path_buf),
+            aws,
         };
         controller.spawn();
         controller
@@ -80,6 +94,9 @@ impl Controller {
             .stderr(Stdio::from(file));
         if let Some(k) = &self.kubeconfig {
             cmd.env("KUBECONFIG", k);
+        }
+        if let Some(aws) = &self.aws {
+            aws.apply(&mut cmd);
         }
         self.child = Some(cmd.spawn().expect("start jointer-controller"));
     }

@@ -74,25 +74,90 @@ pub async fn aws() -> aws_config::SdkConfig {
 /// A token of the controller ServiceAccount `jointer apply` installs, valid `seconds`: what the
 /// controller's Deployment runs with.
 pub async fn controller_token(admin: &kube::Client, seconds: i64) -> String {
+    service_account_token(admin, "kube-system", "jointer-controller", &[], seconds).await
+}
+
+/// A token of `namespace/name` for `audiences` (the API server's own when empty).
+pub async fn service_account_token(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+    audiences: &[&str],
+    seconds: i64,
+) -> String {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
-    let sa: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "kube-system");
+    let sa: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), namespace);
     sa.create_token_request(
-        "jointer-controller",
+        name,
         &kube::api::PostParams::default(),
         &TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(seconds),
+                audiences: (!audiences.is_empty())
+                    .then(|| audiences.iter().map(|a| a.to_string()).collect()),
                 ..Default::default()
             }),
             ..Default::default()
         },
     )
     .await
-    .expect("token")
+    .unwrap_or_else(|e| panic!("a token of {namespace}/{name}: {e}"))
     .status
     .and_then(|s| s.token)
     .expect("a token")
+}
+
+/// AWS credentials the way EKS Pod Identity gives them to a pod of a service account: the SDK
+/// reads them from the agent's endpoint (the gap layer plays the agent) with the pod's
+/// projected token, and every call made with them is evaluated against the policies of the
+/// role the cluster's pod identity association names (tests/env/gap/roles.py).
+pub struct PodIdentity {
+    uri: String,
+    token_file: std::path::PathBuf,
+}
+
+impl PodIdentity {
+    /// For `namespace/service_account` in `cluster`; `label` names the caller in the gap
+    /// layer's IAM report (`GET /_gap/iam`).
+    pub async fn new(
+        admin: &kube::Client,
+        cluster: &str,
+        namespace: &str,
+        service_account: &str,
+        label: &str,
+    ) -> PodIdentity {
+        // EKS projects a token for this audience into the pod, valid for a day.
+        let token = service_account_token(
+            admin,
+            namespace,
+            service_account,
+            &["pods.eks.amazonaws.com"],
+            86_400,
+        )
+        .await;
+        let token_file = std::env::temp_dir().join(format!(
+            "{cluster}-{service_account}-eks-pod-identity-token"
+        ));
+        std::fs::write(&token_file, token).expect("write the pod identity token");
+        let gap = std::env::var("JOINTER_GAP_URL").expect("JOINTER_GAP_URL");
+        PodIdentity {
+            uri: format!(
+                "{}/_gap/pod-identity/{cluster}/credentials?as={label}",
+                gap.trim_end_matches('/')
+            ),
+            token_file,
+        }
+    }
+
+    /// Gives `cmd` these credentials instead of the environment's static admin keys.
+    pub fn apply(&self, cmd: &mut std::process::Command) {
+        cmd.env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_SESSION_TOKEN")
+            .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &self.uri)
+            .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &self.token_file);
+    }
 }
 
 /// Tests that use the shared environment take turns: controllers act on every object of
@@ -161,6 +226,20 @@ pub fn gap(method: &str, path: &str, body: Option<serde_json::Value>) -> serde_j
         "{method} {path}: {head}"
     );
     serde_json::from_str(payload).unwrap_or(serde_json::Value::Null)
+}
+
+/// The calls of `cluster`'s Pod Identity sessions the gap layer refused while their role
+/// existed (tests/env/gap/roles.py): a controller the policies `jointer apply` attached do not
+/// cover. (After teardown deletes the role every call is refused; those are not listed.)
+pub fn iam_refusals(cluster: &str) -> Vec<serde_json::Value> {
+    let report = gap("GET", &format!("/_gap/iam?cluster={cluster}"), None);
+    report["denied"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["role_exists"] == true)
+        .cloned()
+        .collect()
 }
 
 /// A world of its own (tests/env/world.py): a new VPC, subnets, security groups and EKS

@@ -18,9 +18,12 @@ pub struct UpstreamController {
 impl UpstreamController {
     /// Starts the controller with the environment of the chart's Deployment `namespace/name`
     /// (cluster name and endpoint, queue, batching, feature gates, …), its probes on
-    /// `port_base` and `port_base + 1`. Out of the cluster it elects no leader.
+    /// `port_base` and `port_base + 1`. Out of the cluster it elects no leader. Its AWS calls
+    /// are made as the controller role through Pod Identity, for the Deployment's service
+    /// account in `cluster`, and evaluated against the role's policies.
     pub async fn start(
         client: &kube::Client,
+        cluster: &str,
         namespace: &str,
         name: &str,
         port_base: u16,
@@ -37,9 +40,21 @@ impl UpstreamController {
             .into_iter()
             .filter(|(_, value)| !value.is_empty())
             .collect();
+        let service_account = deployment
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let aws =
+            testenv::PodIdentity::new(client, cluster, namespace, &service_account, "karpenter")
+                .await;
         let log = std::env::temp_dir().join(format!("{name}-{namespace}-upstream.log"));
         let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        aws.apply(&mut command);
+        let child = command
             .envs(env)
             .env("SYSTEM_NAMESPACE", namespace)
             .env("METRICS_PORT", port_base.to_string())

@@ -52,6 +52,8 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
+import roles
+
 ACCOUNT = "123456789012"  # moto's default account
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 HOP_BY_HOP = {
@@ -228,6 +230,8 @@ class Call:
                       self.header("Authorization") or "")
         if m:
             self.region, self.service = m.group(1), m.group(2)
+        key = re.search(r"Credential=([^/,\s]+)/", self.header("Authorization") or "")
+        self.access_key = key.group(1) if key else None
         self.form = []
         ctype = (self.header("Content-Type") or "").lower()
         if method == "POST" and "x-www-form-urlencoded" in ctype:
@@ -398,6 +402,9 @@ class Gap:
         # Calls received and not yet answered (id(call) -> summary): a test that kills a client
         # mid-call waits until the call has reached AWS, not for a log line before it.
         self.in_flight = {}
+        # Role sessions handed out by the Pod Identity agent and IAM decisions on their calls;
+        # kept across world resets so a whole suite's decisions add up.
+        self.roles = roles.Roles(self, ACCOUNT)
         self.reset_state()
         if self.registry is not None:
             self.registry.mark()  # the request log starts with the gap layer
@@ -2303,6 +2310,12 @@ def handle_control(gap, method, path, body, query=""):
             with gap.lock:
                 gap.calls = []
             return 200, {"cleared": True}
+    if path == "/_gap/iam":
+        if method == "GET":
+            return 200, gap.roles.report(dict(parse_qsl(query)).get("cluster"))
+        if method == "DELETE":
+            gap.roles.clear()
+            return 200, {"cleared": True}
     if path == "/_gap/faults":
         if method == "GET":
             return 200, gap.faults_view()
@@ -2406,6 +2419,21 @@ def handle_control(gap, method, path, body, query=""):
     return 404, {"error": f"no such control endpoint: {method} {path}"}
 
 
+def pod_identity_agent(gap, method, path, token, query):
+    """The EKS Pod Identity agent's credentials endpoint for one cluster (roles.py):
+    GET /_gap/pod-identity/<cluster>/credentials[?as=<label for the IAM report>]."""
+    seg = [s for s in path.split("/") if s]
+    if method != "GET" or len(seg) != 4 or seg[3] != "credentials":
+        return json_response({"message": "GET /_gap/pod-identity/<cluster>/credentials"}, 404)
+    if not token:
+        return json_response({"message": "the Authorization header (the pod's token) is missing"}, 400)
+    label = dict(parse_qsl(query)).get("as")
+    try:
+        return json_response(gap.roles.pod_identity_credentials(gap.args.region, seg[2], token, label))
+    except roles.Refused as e:
+        return json_response({"message": e.message}, e.status)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "jointer-gap/1"
@@ -2451,6 +2479,10 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         gap = self.gap
         path = urlsplit(self.path).path
+        if path.startswith("/_gap/pod-identity/"):
+            self.send(pod_identity_agent(gap, self.command, path, self.headers.get("Authorization"),
+                                         urlsplit(self.path).query))
+            return
         if path.startswith("/_gap/"):
             try:
                 status, obj = handle_control(gap, self.command, path, body, urlsplit(self.path).query)
@@ -2494,6 +2526,9 @@ class Handler(BaseHTTPRequestHandler):
         fault, resp = gap.apply_faults(call)
         if resp is None:
             try:
+                refusal = gap.roles.check(call, call.access_key)
+                if refusal is not None:
+                    raise AwsError(*refusal)
                 resp = route(gap, call)
                 if resp is None:
                     resp = gap.forward(call)

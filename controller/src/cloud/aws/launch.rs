@@ -159,6 +159,7 @@ pub fn prepare(
                 associate_public_ip_address: class.spec.associate_public_ip_address,
                 tags: tags.clone(),
                 capacity_reservation_id: reservation.clone(),
+                spot: plan.capacity_type == CapacityType::Spot,
                 placement_group: class.spec.placement_group_selector.clone(),
                 network_interfaces: class.spec.network_interfaces.clone(),
                 ip_prefix_count: class.spec.ip_prefix_count,

@@ -14,8 +14,9 @@ use aws_sdk_ec2::types::{
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
-    LaunchTemplatesMonitoringRequest, NestedVirtualizationSpecification, RequestLaunchTemplateData,
-    ResourceType, Tag, TagSpecification, VolumeType,
+    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
+    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag,
+    TagSpecification, VolumeType,
 };
 use base64::Engine;
 use serde::Serialize;
@@ -42,6 +43,10 @@ pub struct Content {
     /// reservation, as EC2 takes the target from the template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_reservation_id: Option<String>,
+    /// For spot launches: the template then also tags the spot request (skipped when false so
+    /// on-demand templates keep their names).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spot: bool,
     // The class's newer launch settings; skipped when unset so templates of classes that
     // do not use them keep their names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,7 +143,8 @@ impl Content {
                 LaunchTemplatesMonitoringRequest::builder()
                     .enabled(self.detailed_monitoring)
                     .build(),
-            );
+            )
+            .set_tag_specifications(Some(self.launched_resource_tags()));
         data = match self.interfaces() {
             Some(interfaces) => data.set_network_interfaces(Some(interfaces)),
             None => data.set_security_group_ids(Some(self.security_group_ids.clone())),
@@ -185,6 +191,33 @@ impl Content {
             );
         }
         data.build()
+    }
+
+    /// Tags for what a launch creates that CreateFleet cannot tag itself: the network
+    /// interfaces and, for spot, the spot request. The controller policy allows creating them
+    /// only with the cluster's tags in the request (`aws:RequestTag`), so untagged ones would
+    /// make IAM refuse the whole launch.
+    fn launched_resource_tags(&self) -> Vec<LaunchTemplateTagSpecificationRequest> {
+        let mut kinds = vec![ResourceType::NetworkInterface];
+        if self.spot {
+            kinds.push(ResourceType::SpotInstancesRequest);
+        }
+        kinds
+            .into_iter()
+            .map(|kind| {
+                LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(kind)
+                    .set_tags(Some(self.tag_list()))
+                    .build()
+            })
+            .collect()
+    }
+
+    fn tag_list(&self) -> Vec<Tag> {
+        self.tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect()
     }
 
     /// The network interfaces to declare, or None when the instance's default primary
@@ -245,12 +278,7 @@ impl Content {
     pub fn tag_specification(&self) -> TagSpecification {
         TagSpecification::builder()
             .resource_type(ResourceType::LaunchTemplate)
-            .set_tags(Some(
-                self.tags
-                    .iter()
-                    .map(|(k, v)| Tag::builder().key(k).value(v).build())
-                    .collect(),
-            ))
+            .set_tags(Some(self.tag_list()))
             .build()
     }
 }
@@ -271,6 +299,7 @@ mod tests {
             associate_public_ip_address: None,
             tags: BTreeMap::new(),
             capacity_reservation_id: None,
+            spot: false,
             placement_group: None,
             network_interfaces: vec![],
             ip_prefix_count: None,
@@ -309,6 +338,45 @@ mod tests {
                 .as_deref(),
             Some("cr-1")
         );
+    }
+
+    #[test]
+    fn network_interfaces_and_spot_requests_carry_the_templates_tags() {
+        let tags: BTreeMap<String, String> = [(
+            "kubernetes.io/cluster/prod".to_string(),
+            "owned".to_string(),
+        )]
+        .into();
+        let kinds = |c: &Content| -> Vec<(String, usize)> {
+            c.request()
+                .tag_specifications()
+                .iter()
+                .map(|t| {
+                    let kind = t.resource_type().map(|r| r.as_str().to_string());
+                    (kind.unwrap_or_default(), t.tags().len())
+                })
+                .collect()
+        };
+        let on_demand = Content {
+            tags: tags.clone(),
+            ..content()
+        };
+        assert_eq!(kinds(&on_demand), [("network-interface".to_string(), 1)]);
+        let spot = Content {
+            spot: true,
+            ..on_demand.clone()
+        };
+        assert_eq!(
+            kinds(&spot),
+            [
+                ("network-interface".to_string(), 1),
+                ("spot-instances-request".to_string(), 1)
+            ]
+        );
+        assert_ne!(spot.name("prod"), on_demand.name("prod"));
+        // On-demand templates keep the names they had before `spot` existed.
+        let named = serde_json::to_value(&on_demand).expect("json");
+        assert!(named.get("spot").is_none(), "{named}");
     }
 
     #[test]
