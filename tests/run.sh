@@ -30,6 +30,7 @@ phase "embedded catalog: generator checks (moto's data, same pinned moto)"
 
 phase "test environment: gap layer and node-join simulator smoke tests"
 "$JOINTER_TESTENV_PYTHON" tests/env/gap/test_gap.py
+"$JOINTER_TESTENV_PYTHON" tests/env/gap/test_iam.py
 
 phase "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -39,5 +40,8 @@ cargo clippy -p jointer --lib --no-default-features --locked -- -D warnings
 
 phase "cargo test --workspace"
 cargo test --workspace --locked
+
+phase "IAM decisions on the controllers' calls in this run (least privilege)"
+"$JOINTER_TESTENV_PYTHON" tests/env/gap/iam_report.py
 
 phase "all checks passed"

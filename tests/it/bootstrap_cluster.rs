@@ -559,6 +559,12 @@ async fn the_helm_path_installs_upstream_karpenter_which_provisions_on_the_setup
     );
     let left = crate::provisioning::cluster_instances(&s, &["pending", "running"]).await;
     assert!(left.is_empty(), "instances left after teardown: {left:?}");
+    // Upstream ran as the controller role (IRSA, through STS) from install to teardown.
+    let refused = testenv::iam_refusals(&s.cluster);
+    assert!(
+        refused.is_empty(),
+        "IAM refused upstream Karpenter these calls: {refused:#?}"
+    );
     drop(upstream);
     // jointer's own CRDs back for the tests after this one.
     crate::upstream_crds::install(&client, &crate::upstream_cel::karpenter_crds(false)).await;

@@ -106,15 +106,14 @@ async fn service_account_kubeconfig(admin: &kube::Client, cluster: &str) -> Path
     out
 }
 
-/// The controller role's AWS credentials as EKS Pod Identity gives them to the pods of the
-/// ServiceAccount `jointer apply` installed: every AWS call is then evaluated against the
-/// policies apply attached.
-pub(crate) async fn controller_role(admin: &kube::Client, s: &Setup) -> testenv::PodIdentity {
-    testenv::PodIdentity::new(
+/// The controller role's AWS credentials as EKS gives them to the pods of the ServiceAccount
+/// `jointer apply` installed: every AWS call is then evaluated against the policies apply
+/// attached.
+pub(crate) async fn controller_role(admin: &kube::Client, s: &Setup) -> testenv::RoleCredentials {
+    testenv::RoleCredentials::for_service_account(
         admin,
         &s.cluster,
         "kube-system",
-        "jointer-controller",
         "jointer-controller",
     )
     .await

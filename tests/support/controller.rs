@@ -15,7 +15,7 @@ pub struct Controller {
     cluster: String,
     identity: String,
     kubeconfig: Option<PathBuf>,
-    aws: Option<testenv::PodIdentity>,
+    aws: Option<testenv::RoleCredentials>,
 }
 
 /// The binary `cargo test --workspace` builds next to this crate's.
@@ -44,14 +44,14 @@ impl Controller {
         Controller::start_with(cluster, identity, port_base, kubeconfig, None)
     }
 
-    /// Starts a replica whose AWS calls are made as the controller role, through Pod Identity
-    /// (and evaluated against the role's policies), when `aws` is given.
+    /// Starts a replica whose AWS calls are made as the controller role (and evaluated
+    /// against the role's policies) when `aws` is given.
     pub fn start_with(
         cluster: &str,
         identity: &str,
         port_base: u16,
         kubeconfig: Option<&Path>,
-        aws: Option<testenv::PodIdentity>,
+        aws: Option<testenv::RoleCredentials>,
     ) -> Controller {
         testenv::require();
         let log = std::env::temp_dir().join(format!("{cluster}-{identity}.log"));

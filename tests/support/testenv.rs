@@ -108,55 +108,72 @@ pub async fn service_account_token(
     .expect("a token")
 }
 
-/// AWS credentials the way EKS Pod Identity gives them to a pod of a service account: the SDK
-/// reads them from the agent's endpoint (the gap layer plays the agent) with the pod's
-/// projected token, and every call made with them is evaluated against the policies of the
-/// role the cluster's pod identity association names (tests/env/gap/roles.py).
-pub struct PodIdentity {
-    uri: String,
-    token_file: std::path::PathBuf,
+/// AWS credentials of a service account's role, the way EKS gives them to its pods: with IRSA
+/// when the service account is annotated `eks.amazonaws.com/role-arn` (EKS's webhook then sets
+/// `AWS_ROLE_ARN` and a projected token for STS), else through the Pod Identity agent (the
+/// gap layer plays it) with a token for `pods.eks.amazonaws.com`. Either way every call made
+/// with them is evaluated against the role's policies (tests/env/gap/roles.py).
+pub struct RoleCredentials {
+    vars: Vec<(&'static str, String)>,
 }
 
-impl PodIdentity {
-    /// For `namespace/service_account` in `cluster`; `label` names the caller in the gap
-    /// layer's IAM report (`GET /_gap/iam`).
-    pub async fn new(
+impl RoleCredentials {
+    pub async fn for_service_account(
         admin: &kube::Client,
         cluster: &str,
         namespace: &str,
         service_account: &str,
-        label: &str,
-    ) -> PodIdentity {
-        // EKS projects a token for this audience into the pod, valid for a day.
-        let token = service_account_token(
-            admin,
-            namespace,
-            service_account,
-            &["pods.eks.amazonaws.com"],
-            86_400,
-        )
-        .await;
+    ) -> RoleCredentials {
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let sa = kube::Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .get(service_account)
+            .await
+            .unwrap_or_else(|e| panic!("ServiceAccount {namespace}/{service_account}: {e}"));
+        let irsa_role = sa
+            .metadata
+            .annotations
+            .and_then(|a| a.get("eks.amazonaws.com/role-arn").cloned());
+        let audience = if irsa_role.is_some() {
+            "sts.amazonaws.com"
+        } else {
+            "pods.eks.amazonaws.com"
+        };
+        // EKS projects a token for the audience into the pod, valid for a day.
+        let token =
+            service_account_token(admin, namespace, service_account, &[audience], 86_400).await;
         let token_file = std::env::temp_dir().join(format!(
-            "{cluster}-{service_account}-eks-pod-identity-token"
+            "{cluster}-{namespace}-{service_account}-{audience}-token"
         ));
-        std::fs::write(&token_file, token).expect("write the pod identity token");
-        let gap = std::env::var("JOINTER_GAP_URL").expect("JOINTER_GAP_URL");
-        PodIdentity {
-            uri: format!(
-                "{}/_gap/pod-identity/{cluster}/credentials?as={label}",
-                gap.trim_end_matches('/')
-            ),
-            token_file,
-        }
+        std::fs::write(&token_file, token).expect("write the projected token");
+        let token_file = token_file.display().to_string();
+        let vars = match irsa_role {
+            Some(role) => vec![
+                ("AWS_ROLE_ARN", role),
+                ("AWS_WEB_IDENTITY_TOKEN_FILE", token_file),
+            ],
+            None => {
+                let gap = std::env::var("JOINTER_GAP_URL").expect("JOINTER_GAP_URL");
+                let agent = format!(
+                    "{}/_gap/pod-identity/{cluster}/credentials",
+                    gap.trim_end_matches('/')
+                );
+                vec![
+                    ("AWS_CONTAINER_CREDENTIALS_FULL_URI", agent),
+                    ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token_file),
+                ]
+            }
+        };
+        RoleCredentials { vars }
     }
 
     /// Gives `cmd` these credentials instead of the environment's static admin keys.
     pub fn apply(&self, cmd: &mut std::process::Command) {
         cmd.env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY")
-            .env_remove("AWS_SESSION_TOKEN")
-            .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &self.uri)
-            .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &self.token_file);
+            .env_remove("AWS_SESSION_TOKEN");
+        for (name, value) in &self.vars {
+            cmd.env(name, value);
+        }
     }
 }
 
@@ -228,16 +245,16 @@ pub fn gap(method: &str, path: &str, body: Option<serde_json::Value>) -> serde_j
     serde_json::from_str(payload).unwrap_or(serde_json::Value::Null)
 }
 
-/// The calls of `cluster`'s Pod Identity sessions the gap layer refused while their role
-/// existed (tests/env/gap/roles.py): a controller the policies `jointer apply` attached do not
-/// cover. (After teardown deletes the role every call is refused; those are not listed.)
+/// The calls of `cluster`'s role sessions the gap layer refused while the role held all its
+/// policies (tests/env/gap/roles.py): what the policies `jointer apply` attached do not cover.
+/// (Once teardown starts detaching them, every call may be refused; those are not listed.)
 pub fn iam_refusals(cluster: &str) -> Vec<serde_json::Value> {
     let report = gap("GET", &format!("/_gap/iam?cluster={cluster}"), None);
     report["denied"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|d| d["role_exists"] == true)
+        .filter(|d| d["role_intact"] == true)
         .cloned()
         .collect()
 }

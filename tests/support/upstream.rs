@@ -19,8 +19,8 @@ impl UpstreamController {
     /// Starts the controller with the environment of the chart's Deployment `namespace/name`
     /// (cluster name and endpoint, queue, batching, feature gates, …), its probes on
     /// `port_base` and `port_base + 1`. Out of the cluster it elects no leader. Its AWS calls
-    /// are made as the controller role through Pod Identity, for the Deployment's service
-    /// account in `cluster`, and evaluated against the role's policies.
+    /// are made as the controller role, through IRSA or Pod Identity as EKS would give them to
+    /// the Deployment's service account in `cluster`, and evaluated against the role's policies.
     pub async fn start(
         client: &kube::Client,
         cluster: &str,
@@ -47,9 +47,13 @@ impl UpstreamController {
             .as_ref()
             .and_then(|p| p.service_account_name.clone())
             .unwrap_or_else(|| "default".into());
-        let aws =
-            testenv::PodIdentity::new(client, cluster, namespace, &service_account, "karpenter")
-                .await;
+        let aws = testenv::RoleCredentials::for_service_account(
+            client,
+            cluster,
+            namespace,
+            &service_account,
+        )
+        .await;
         let log = std::env::temp_dir().join(format!("{name}-{namespace}-upstream.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let mut command = Command::new(binary);

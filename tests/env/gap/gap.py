@@ -2268,6 +2268,8 @@ def ecr_authorization_token(gap, call):
 
 
 def route(gap, call):
+    if call.operation == "AssumeRoleWithWebIdentity":
+        return assume_role_with_web_identity(gap, call)
     if call.service == "eks" and call.protocol == "rest-json":
         return handle_eks(gap, call)
     if call.target and call.target.startswith(ECR_TARGET) and gap.registry is not None:
@@ -2419,17 +2421,26 @@ def handle_control(gap, method, path, body, query=""):
     return 404, {"error": f"no such control endpoint: {method} {path}"}
 
 
-def pod_identity_agent(gap, method, path, token, query):
+def assume_role_with_web_identity(gap, call):
+    """STS for IRSA: the role's trust evaluated against the token (roles.py), then moto."""
+    pages = gap.client("eks", call.region).get_paginator("list_clusters").paginate()
+    clusters = [name for page in pages for name in page["clusters"]]
+    try:
+        return gap.roles.web_identity(call, clusters, gap.forward)
+    except roles.Refused as e:
+        raise AwsError("AccessDenied", e.message, e.status)
+
+
+def pod_identity_agent(gap, method, path, token):
     """The EKS Pod Identity agent's credentials endpoint for one cluster (roles.py):
-    GET /_gap/pod-identity/<cluster>/credentials[?as=<label for the IAM report>]."""
+    GET /_gap/pod-identity/<cluster>/credentials."""
     seg = [s for s in path.split("/") if s]
     if method != "GET" or len(seg) != 4 or seg[3] != "credentials":
         return json_response({"message": "GET /_gap/pod-identity/<cluster>/credentials"}, 404)
     if not token:
         return json_response({"message": "the Authorization header (the pod's token) is missing"}, 400)
-    label = dict(parse_qsl(query)).get("as")
     try:
-        return json_response(gap.roles.pod_identity_credentials(gap.args.region, seg[2], token, label))
+        return json_response(gap.roles.pod_identity_credentials(gap.args.region, seg[2], token))
     except roles.Refused as e:
         return json_response({"message": e.message}, e.status)
 
@@ -2480,8 +2491,7 @@ class Handler(BaseHTTPRequestHandler):
         gap = self.gap
         path = urlsplit(self.path).path
         if path.startswith("/_gap/pod-identity/"):
-            self.send(pod_identity_agent(gap, self.command, path, self.headers.get("Authorization"),
-                                         urlsplit(self.path).query))
+            self.send(pod_identity_agent(gap, self.command, path, self.headers.get("Authorization")))
             return
         if path.startswith("/_gap/"):
             try:

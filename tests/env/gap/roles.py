@@ -13,6 +13,12 @@ plays two parts of AWS itself:
   service account, and the role trusts `pods.eks.amazonaws.com` for sts:AssumeRole and
   sts:TagSession. The credentials come from moto's STS AssumeRole with the session tags EKS
   sets. (The token's signature is not checked: the test world has one API server, the issuer.)
+- STS for IRSA: AssumeRoleWithWebIdentity is answered by moto only after the role's trust is
+  evaluated as STS would: a statement allowing sts:AssumeRoleWithWebIdentity to the cluster's
+  OIDC provider (which must exist in IAM) whose `<issuer>:sub` / `<issuer>:aud` conditions hold
+  for the token's claims. Every test cluster's tokens come from the one local API server, so
+  the token's own `iss` cannot name the cluster; the provider the trust names does (its URL is
+  the issuer DescribeCluster reports for that cluster).
 - IAM: every call signed with such credentials is turned into the authorizations AWS checks
   (iam.py) and evaluated against the role's inline and attached policies as moto holds them.
   A refused call gets AWS's own error (EC2's UnauthorizedOperation, AccessDenied elsewhere)
@@ -23,7 +29,9 @@ plays two parts of AWS itself:
 
 import base64
 import datetime
+import hashlib
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -132,6 +140,7 @@ class Roles:
         self.lock = threading.Lock()
         self.sessions = {}  # access key id -> session (role, cluster, label, principal context)
         self.policies = {}  # role name -> (read at, [documents])
+        self.most_policies = {}  # role name -> the most policy documents it has been seen with
         self.lookup = MotoLookup(gap)
         self.clear()
 
@@ -145,7 +154,15 @@ class Roles:
 
     # ---- the Pod Identity agent ----
 
-    def pod_identity_credentials(self, region, cluster, token, label):
+    def register(self, access_key, role_name, session, cluster, service_account, context):
+        with self.lock:
+            self.sessions[access_key] = {
+                "role": role_name, "label": service_account or role_name, "cluster": cluster,
+                "arn": f"arn:aws:sts::{self.account}:assumed-role/{role_name}/{session}",
+                "context": context,
+            }
+
+    def pod_identity_credentials(self, region, cluster, token):
         claims = token_claims(token)
         audience = claims.get("aud") or []
         if POD_IDENTITY_AUDIENCE not in ([audience] if isinstance(audience, str) else audience):
@@ -185,17 +202,61 @@ class Roles:
         creds = self.gap.client("sts", region).assume_role(
             RoleArn=role_arn, RoleSessionName=session, DurationSeconds=3600,
             Tags=[{"Key": k, "Value": v} for k, v in tags.items() if v])["Credentials"]
-        with self.lock:
-            self.sessions[creds["AccessKeyId"]] = {
-                "role": role_name, "label": label or role_name, "cluster": cluster,
-                "arn": f"arn:aws:sts::{self.account}:assumed-role/{role_name}/{session}",
-                "context": {f"aws:PrincipalTag/{k}": [v] for k, v in tags.items() if v},
-            }
+        self.register(creds["AccessKeyId"], role_name, session, cluster, service_account,
+                      {f"aws:PrincipalTag/{k}": [v] for k, v in tags.items() if v})
         expiration = creds["Expiration"]
         if isinstance(expiration, datetime.datetime):
             expiration = expiration.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {"AccessKeyId": creds["AccessKeyId"], "SecretAccessKey": creds["SecretAccessKey"],
                 "Token": creds["SessionToken"], "AccountId": self.account, "Expiration": expiration}
+
+    # ---- STS for IRSA ----
+
+    def web_identity(self, call, clusters, forward):
+        """AssumeRoleWithWebIdentity: the trust evaluated, then moto's answer, whose session is
+        then enforced. `clusters` are the region's EKS cluster names; `forward` sends the call
+        to moto. Returns the Response, or raises Refused."""
+        params = dict(call.query + call.form)
+        role_arn, token = params.get("RoleArn", ""), params.get("WebIdentityToken", "")
+        claims = token_claims(token)
+        audience = claims.get("aud") or []
+        audience = [audience] if isinstance(audience, str) else audience
+        role_name = role_arn.rsplit("/", 1)[-1]
+        client = self.gap.client("iam", call.region)
+        try:
+            trust = client.get_role(RoleName=role_name)["Role"]["AssumeRolePolicyDocument"]
+            providers = {p["Arn"] for p in client.list_open_id_connect_providers()[
+                "OpenIDConnectProviderList"]}
+        except client.exceptions.NoSuchEntityException:
+            raise Refused(403, f"the role {role_arn} does not exist")
+        if isinstance(trust, str):
+            trust = json.loads(urllib.parse.unquote(trust))
+        issuers = {hashlib.sha256(c.encode()).hexdigest()[:32].upper(): c for c in clusters}
+        statements = trust.get("Statement", [])
+        for s in [statements] if isinstance(statements, dict) else statements:
+            federated = (s.get("Principal") or {}).get("Federated", [])
+            for provider in [federated] if isinstance(federated, str) else federated:
+                host = provider.split(":oidc-provider/", 1)[-1]
+                cluster = issuers.get(host.rsplit("/", 1)[-1])
+                if provider not in providers or cluster is None:
+                    continue
+                context = {f"{host}:sub": [claims.get("sub", "")], f"{host}:aud": audience}
+                statement = {k: v for k, v in s.items() if k != "Principal"}
+                statement.setdefault("Resource", "*")
+                auth = iam.Authorization("sts:AssumeRoleWithWebIdentity", role_arn, context)
+                if not iam.evaluate([{"Statement": [statement]}], auth).allowed:
+                    continue
+                resp = forward(call)
+                found = re.search(rb"<AccessKeyId>([^<]+)</AccessKeyId>", resp.body)
+                if resp.status == 200 and found:
+                    service_account = claims.get("sub", "").rsplit(":", 1)[-1]
+                    self.register(found.group(1).decode(), role_name,
+                                  params.get("RoleSessionName", ""), cluster, service_account,
+                                  {})
+                return resp
+        raise Refused(403, f"Not authorized to perform sts:AssumeRoleWithWebIdentity: the trust "
+                           f"of {role_arn} allows no OIDC provider and subject "
+                           f"{claims.get('sub')} with audience {audience}")
 
     # ---- enforcement ----
 
@@ -222,6 +283,8 @@ class Roles:
             docs = [json.loads(urllib.parse.unquote(d)) if isinstance(d, str) else d for d in docs]
         with self.lock:
             self.policies[role_name] = (time.time(), docs)
+            self.most_policies[role_name] = max(self.most_policies.get(role_name, 0),
+                                                len(docs or []))
         return docs
 
     def check(self, call, access_key):
@@ -254,8 +317,12 @@ class Roles:
                 return None
             self.denied_count += 1
             denied = verdict.denied
+            # Teardown detaches the role's policies, then deletes it, while the controller may
+            # still be polling: refusals then are not the policies' fault. `role_intact` says
+            # the role had every policy it was ever seen with.
+            intact = docs is not None and len(docs) >= self.most_policies.get(session["role"], 0)
             record = {"principal": session["arn"], "label": session["label"],
-                      "cluster": session["cluster"], "role_exists": docs is not None,
+                      "cluster": session["cluster"], "role_intact": intact,
                       "operation": f"{call.service}:{call.operation}", "action": denied.action,
                       "resource": denied.resource, "reason": verdict.reason, "t": round(time.time(), 3)}
             self.denied = (self.denied + [record])[-DENIED_KEPT:]

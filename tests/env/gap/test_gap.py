@@ -389,6 +389,140 @@ def pod_identity_associations():
                  clusterName="no-such-cluster")
 
 
+def service_account_token(namespace, name, audience, expires_in=3600):
+    """A token shaped as the API server's (the gap layer reads its claims, not its signature)."""
+    def part(obj):
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+    claims = {"aud": [audience], "exp": int(time.time()) + expires_in,
+              "iss": "https://kubernetes.default.svc.cluster.local",
+              "sub": f"system:serviceaccount:{namespace}:{name}",
+              "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name},
+                                "pod": {"name": f"{name}-0"}}}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.signature"
+
+
+def agent_credentials(cluster, token):
+    u = urlsplit(GAP)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.request("GET", f"/_gap/pod-identity/{cluster}/credentials",
+                     headers={"Authorization": token})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def role_with(iam, trust, describe_region=REGION):
+    """A role allowed ec2:DescribeInstances in one region and TerminateInstances only on
+    instances tagged team=a."""
+    name = unique("Controller")
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+    iam.put_role_policy(RoleName=name, PolicyName="p", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*",
+             "Condition": {"StringEquals": {"aws:RequestedRegion": describe_region}}},
+            {"Effect": "Allow", "Action": "ec2:TerminateInstances",
+             "Resource": "arn:aws:ec2:*:*:instance/*",
+             "Condition": {"StringEquals": {"aws:ResourceTag/team": "a"}}}]}))
+    return name, f"arn:aws:iam::123456789012:role/{name}"
+
+
+def client_as(service, creds):
+    """A client signing with a role session's credentials (the agent's or STS's shape)."""
+    return boto3.session.Session(
+        aws_access_key_id=creds["AccessKeyId"], aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds.get("Token") or creds.get("SessionToken"),
+    ).client(service, region_name=REGION, endpoint_url=GAP,
+             config=botocore.config.Config(retries={"total_max_attempts": 1}))
+
+
+@test
+def pod_identity_agent_hands_out_role_credentials_that_iam_then_enforces():
+    w = world()
+    eks, iam, ec2 = client("eks"), client("iam"), client("ec2")
+    trust = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"]}]}
+    name, arn = role_with(iam, trust)
+    eks.create_pod_identity_association(clusterName=CLUSTER, namespace="kube-system",
+                                        serviceAccount="gap-test", roleArn=arn)
+    status, body = agent_credentials(CLUSTER, service_account_token("kube-system", "gap-test",
+                                                                    "sts.amazonaws.com"))
+    assert status == 400 and "audience" in body["message"], body
+    status, body = agent_credentials(CLUSTER, service_account_token("kube-system", "nobody",
+                                                                    "pods.eks.amazonaws.com"))
+    assert status == 403 and "no pod identity association" in body["message"], body
+    status, creds = agent_credentials(CLUSTER, service_account_token(
+        "kube-system", "gap-test", "pods.eks.amazonaws.com"))
+    assert status == 200 and creds["AccessKeyId"] and creds["Token"], creds
+    assert creds["AccountId"] == "123456789012" and creds["Expiration"].endswith("Z"), creds
+
+    image = amis(client("ssm"))["x86_64"]
+    mine = ec2.run_instances(ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1,
+                             SubnetId=w["subnets"]["private"]["us-east-1a"],
+                             TagSpecifications=[{"ResourceType": "instance",
+                                                 "Tags": [{"Key": "team", "Value": "a"}]}])
+    theirs = ec2.run_instances(ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1,
+                               SubnetId=w["subnets"]["private"]["us-east-1a"])
+    mine, theirs = mine["Instances"][0]["InstanceId"], theirs["Instances"][0]["InstanceId"]
+    control("DELETE", "/_gap/iam")
+    as_role = client_as("ec2", creds)
+    as_role.describe_instances(InstanceIds=[mine])
+    err = expect_error("UnauthorizedOperation", 403, as_role.terminate_instances,
+                       InstanceIds=[theirs])
+    assert f"assumed-role/{name}/" in str(err) and f"instance/{theirs}" in str(err), err
+    assert ec2.describe_instances(InstanceIds=[theirs])["Reservations"][0]["Instances"][0][
+        "State"]["Name"] == "running", "a refused call never reaches moto"
+    as_role.terminate_instances(InstanceIds=[mine])
+    expect_error("AccessDenied", 403, client_as("sqs", creds).list_queues)
+    _, report = control("GET", "/_gap/iam")
+    used = report["principals"]["gap-test"]["used"]
+    assert used == {"ec2:DescribeInstances": 1, "ec2:TerminateInstances": 1}, used
+    assert [d["action"] for d in report["denied"]] == ["ec2:TerminateInstances", "sqs:ListQueues"]
+    assert report["principals"]["gap-test"]["unused_grants"] == []
+    # The admin credentials every test uses are not evaluated.
+    ec2.describe_instances(InstanceIds=[theirs])
+    assert control("GET", "/_gap/iam")[1]["evaluated"] == report["evaluated"]
+
+
+@test
+def sts_web_identity_evaluates_the_role_trust_as_irsa_needs():
+    iam, eks = client("iam"), client("eks")
+    issuer = eks.describe_cluster(name=CLUSTER)["cluster"]["identity"]["oidc"]["issuer"]
+    host = issuer.removeprefix("https://")
+    provider = f"arn:aws:iam::123456789012:oidc-provider/{host}"
+    existing = {p["Arn"] for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]}
+    if provider not in existing:
+        iam.create_open_id_connect_provider(
+            Url=issuer, ClientIDList=["sts.amazonaws.com"],
+            ThumbprintList=["9e99a48a9960b14926bb7f3b02e22da2b0ab7280"])
+    trust = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Federated": provider},
+        "Action": "sts:AssumeRoleWithWebIdentity",
+        "Condition": {"StringEquals": {f"{host}:sub": "system:serviceaccount:kube-system:karpenter",
+                                       f"{host}:aud": "sts.amazonaws.com"}}}]}
+    name, arn = role_with(iam, trust, describe_region="us-west-2")
+    sts = boto3.session.Session().client("sts", region_name=REGION, endpoint_url=GAP)
+    try:
+        for who, audience in (("other", "sts.amazonaws.com"), ("karpenter", "pods.eks.amazonaws.com")):
+            expect_error("AccessDenied", 403, sts.assume_role_with_web_identity, RoleArn=arn,
+                         RoleSessionName="gap-test", WebIdentityToken=service_account_token(
+                             "kube-system", who, audience))
+        creds = sts.assume_role_with_web_identity(
+            RoleArn=arn, RoleSessionName="gap-test", WebIdentityToken=service_account_token(
+                "kube-system", "karpenter", "sts.amazonaws.com"))["Credentials"]
+        expect_error("UnauthorizedOperation", 403, client_as("ec2", creds).describe_instances)
+        _, report = control("GET", "/_gap/iam")
+        refused = [d for d in report["denied"] if d["principal"].startswith(
+            f"arn:aws:sts::123456789012:assumed-role/{name}/")]
+        assert [(d["action"], d["label"]) for d in refused] == [("ec2:DescribeInstances", "karpenter")]
+        assert "aws:RequestedRegion" in refused[0]["reason"], refused
+    finally:
+        if provider not in existing:
+            iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=provider)
+
+
 @test
 def addons():
     eks = client("eks")
