@@ -484,6 +484,7 @@ def pod_identity_agent_hands_out_role_credentials_that_iam_then_enforces():
     # The admin credentials every test uses are not evaluated.
     ec2.describe_instances(InstanceIds=[theirs])
     assert control("GET", "/_gap/iam")[1]["evaluated"] == report["evaluated"]
+    control("DELETE", "/_gap/iam")  # the suite's report starts clean
 
 
 @test
@@ -519,6 +520,7 @@ def sts_web_identity_evaluates_the_role_trust_as_irsa_needs():
         assert [(d["action"], d["label"]) for d in refused] == [("ec2:DescribeInstances", "karpenter")]
         assert "aws:RequestedRegion" in refused[0]["reason"], refused
     finally:
+        control("DELETE", "/_gap/iam")  # the suite's report starts clean
         if provider not in existing:
             iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=provider)
 
