@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::support::controller::Controller;
+use crate::support::controller::{Controller, Options};
 use crate::support::testenv::{self, gap, wait_for};
 use crate::support::world::{Setup, KEY};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -42,6 +42,25 @@ pub(crate) fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
 /// The world's EC2NodeClass and NodePools: `general` (on-demand, m5/c5/r5, a label only this
 /// world's nodes carry) and `spot` (spot or on-demand, tainted, preferred by weight).
 pub(crate) fn write_templates(s: &Setup, general_extra: &str) {
+    write_class(s);
+    write_pool(
+        s,
+        "general",
+        "on-demand",
+        "key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, c5, r5]",
+        general_extra,
+    );
+    write_pool(
+        s,
+        "spot",
+        "spot, on-demand",
+        "key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, c5, r5]",
+        "      taints: [ { key: dedicated, value: spot, effect: NoSchedule } ]\n  weight: 50\n",
+    );
+}
+
+/// The world's EC2NodeClass (`nodes/class.yaml`): AL2023, its subnets and security group.
+pub(crate) fn write_class(s: &Setup) {
     let class = format!(
         "apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
@@ -55,9 +74,15 @@ spec:
         c = s.cluster,
         role = s.node_role(),
     );
-    let pool = |name: &str, extra: &str, capacity: &str, families: &str| {
-        format!(
-            "apiVersion: karpenter.sh/v1
+    s.ws.write("nodes/class.yaml", &class);
+}
+
+/// `nodes/<name>.yaml`: a NodePool `<name>-<cluster>` of the world's class whose nodes carry the
+/// world's label, for `capacity` types and one more `requirement` (`key: .., operator: ..,
+/// values: [..]`); `extra` is appended (template lines at 6 spaces, spec lines at 2).
+pub(crate) fn write_pool(s: &Setup, name: &str, capacity: &str, requirement: &str, extra: &str) {
+    let pool = format!(
+        "apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {{ name: {name}-{c} }}
 spec:
@@ -68,25 +93,11 @@ spec:
       nodeClassRef: {{ group: karpenter.k8s.aws, kind: EC2NodeClass, name: {c} }}
       requirements:
         - {{ key: karpenter.sh/capacity-type, operator: In, values: [{capacity}] }}
-        - {{ key: karpenter.k8s.aws/instance-family, operator: In, values: [{families}] }}
+        - {{ {requirement} }}
 {extra}",
-            c = s.cluster
-        )
-    };
-    s.ws.write("nodes/class.yaml", &class);
-    s.ws.write(
-        "nodes/general.yaml",
-        &pool("general", general_extra, "on-demand", "m5, c5, r5"),
+        c = s.cluster
     );
-    s.ws.write(
-        "nodes/spot.yaml",
-        &pool(
-            "spot",
-            "      taints: [ { key: dedicated, value: spot, effect: NoSchedule } ]\n  weight: 50\n",
-            "spot, on-demand",
-            "m5, c5, r5",
-        ),
-    );
+    s.ws.write(&format!("nodes/{name}.yaml"), &pool);
 }
 
 /// A kubeconfig for the controller ServiceAccount `jointer apply` installed: the controller
@@ -117,6 +128,14 @@ pub(crate) async fn controller_role(admin: &kube::Client, s: &Setup) -> testenv:
         "jointer-controller",
     )
     .await
+}
+
+/// A replica's options with the controller role's credentials, the suite's timings.
+pub(crate) async fn as_controller_role(admin: &kube::Client, s: &Setup) -> Options {
+    Options {
+        aws: Some(controller_role(admin, s).await),
+        ..Options::default()
+    }
 }
 
 pub(crate) async fn namespace(client: &kube::Client, name: &str) {
@@ -343,9 +362,12 @@ impl<'a> Scene<'a> {
         port: u16,
         kubeconfig: Option<&std::path::Path>,
     ) -> Scene<'a> {
-        let role = controller_role(admin, s).await;
-        let controller =
-            Controller::start_with(&s.cluster, "replica-a", port, kubeconfig, Some(role));
+        let options = Options {
+            kubeconfig: kubeconfig.map(std::path::Path::to_path_buf),
+            aws: Some(controller_role(admin, s).await),
+            ..Options::default()
+        };
+        let controller = Controller::start_with(&s.cluster, "replica-a", port, options);
         let ns = s.cluster.clone();
         namespace(admin, &ns).await;
         Scene {
@@ -1076,8 +1098,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         &s.cluster,
         "replica-a",
         28210,
-        None,
-        Some(controller_role(&admin, &s).await),
+        as_controller_role(&admin, &s).await,
     );
     let _cleanup = TeardownOnPanic(&s);
     let ns = s.cluster.clone();
@@ -1186,8 +1207,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         &s.cluster,
         "replica-b",
         28220,
-        None,
-        Some(controller_role(&admin, &s).await),
+        as_controller_role(&admin, &s).await,
     );
     let _cleanup_with_replica = TeardownOnPanic(&s);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
@@ -2226,8 +2246,7 @@ async fn teardown_without_a_controller_stops_at_once_or_with_force_leaks_nothing
         &s.cluster,
         "replica-a",
         28250,
-        None,
-        Some(controller_role(&admin, &s).await),
+        as_controller_role(&admin, &s).await,
     );
     namespace(&admin, &s.cluster).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &s.cluster);

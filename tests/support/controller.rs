@@ -14,8 +14,19 @@ pub struct Controller {
     pub metrics_port: u16,
     cluster: String,
     identity: String,
-    kubeconfig: Option<PathBuf>,
-    aws: Option<testenv::RoleCredentials>,
+    options: Options,
+}
+
+/// How a replica runs, beyond its cluster and identity.
+#[derive(Default)]
+pub struct Options {
+    /// Replaces the admin kubeconfig (e.g. with the controller ServiceAccount's token).
+    pub kubeconfig: Option<PathBuf>,
+    /// The controller role's credentials; the environment's admin keys when None.
+    pub aws: Option<testenv::RoleCredentials>,
+    /// The controller's own default timings (disruption polling, validation and settling, node
+    /// class resync, garbage-collection grace) instead of the suite's short ones.
+    pub default_timings: bool,
 }
 
 /// The binary `cargo test --workspace` builds next to this crate's.
@@ -41,17 +52,19 @@ impl Controller {
         port_base: u16,
         kubeconfig: Option<&Path>,
     ) -> Controller {
-        Controller::start_with(cluster, identity, port_base, kubeconfig, None)
+        let options = Options {
+            kubeconfig: kubeconfig.map(Path::to_path_buf),
+            ..Options::default()
+        };
+        Controller::start_with(cluster, identity, port_base, options)
     }
 
-    /// Starts a replica whose AWS calls are made as the controller role (and evaluated
-    /// against the role's policies) when `aws` is given.
+    /// Starts a replica as `options` say.
     pub fn start_with(
         cluster: &str,
         identity: &str,
         port_base: u16,
-        kubeconfig: Option<&Path>,
-        aws: Option<testenv::RoleCredentials>,
+        options: Options,
     ) -> Controller {
         testenv::require();
         let log = std::env::temp_dir().join(format!("{cluster}-{identity}.log"));
@@ -62,8 +75,7 @@ impl Controller {
             metrics_port: port_base,
             cluster: cluster.to_string(),
             identity: identity.to_string(),
-            kubeconfig: kubeconfig.map(Path::to_path_buf),
-            aws,
+            options,
         };
         controller.spawn();
         controller
@@ -84,18 +96,20 @@ impl Controller {
             .env("POD_NAME", &self.identity)
             .env("METRICS_PORT", self.metrics_port.to_string())
             .env("HEALTH_PORT", (self.metrics_port + 1).to_string())
-            .env("NODECLASS_RESYNC", "2s")
-            .env("GC_GRACE", "5s")
             .env("LOG_LEVEL", "info")
-            .env("DISRUPTION_POLL", "2s")
-            .env("DISRUPTION_VALIDATION", "2s")
-            .env("DISRUPTION_SETTLE", "5s")
             .stdout(Stdio::from(file.try_clone().expect("log")))
             .stderr(Stdio::from(file));
-        if let Some(k) = &self.kubeconfig {
+        if !self.options.default_timings {
+            cmd.env("NODECLASS_RESYNC", "2s")
+                .env("GC_GRACE", "5s")
+                .env("DISRUPTION_POLL", "2s")
+                .env("DISRUPTION_VALIDATION", "2s")
+                .env("DISRUPTION_SETTLE", "5s");
+        }
+        if let Some(k) = &self.options.kubeconfig {
             cmd.env("KUBECONFIG", k);
         }
-        if let Some(aws) = &self.aws {
+        if let Some(aws) = &self.options.aws {
             aws.apply(&mut cmd);
         }
         self.child = Some(cmd.spawn().expect("start jointer-controller"));

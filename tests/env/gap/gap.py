@@ -1730,11 +1730,17 @@ def launch(ec2, cand, lifecycle, fleet_tags, count):
     """RunInstances `count` times for one candidate: (instance ids, first error or None)."""
     args = run_args(cand["lt_data"], cand["override"], cand["subnet"], lifecycle,
                     tag_specs_for_instances(fleet_tags, cand["lt_data"].get("TagSpecifications") or []))
+    # EC2 reports an instance's security groups as its primary interface's; moto reports only
+    # those given outside NetworkInterfaces (none, when the template names them on the
+    # interface, as upstream Karpenter's do, which then sees every node as drifted).
+    interface_groups = (args.get("NetworkInterfaces") or [{}])[0].get("Groups")
     ids = []
     for _ in range(count):
         try:
             r = ec2.run_instances(**args)
             ids.append(r["Instances"][0]["InstanceId"])
+            if interface_groups:
+                ec2.modify_instance_attribute(InstanceId=ids[-1], Groups=interface_groups)
         except botocore.exceptions.ClientError as e:
             return ids, (e.response["Error"]["Code"], e.response["Error"]["Message"])
     return ids, None

@@ -868,6 +868,31 @@ def create_fleet_picks_the_cheapest_and_applies_the_launch_template():
 
 
 @test
+def create_fleet_reports_interface_security_groups_on_the_instance():
+    """EC2 lists an instance's primary interface's groups as its own; a template that names
+    them on the interface (upstream Karpenter's do) must read back the same (moto alone: [])."""
+    ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
+    w = json.load(open(os.path.join(RUN_DIR, "world.json"), encoding="utf-8"))
+    _, _, profile = node_role(iam)
+    lt = ec2.create_launch_template(
+        LaunchTemplateName=unique("jointer-test-nic"),
+        LaunchTemplateData={
+            "ImageId": amis(ssm)["x86_64"], "IamInstanceProfile": {"Arn": profile},
+            "NetworkInterfaces": [{"DeviceIndex": 0, "Groups": [w["securityGroups"]["node"]]}],
+        })["LaunchTemplate"]["LaunchTemplateId"]
+    out = fleet(ec2, lt, [{"InstanceType": "c5.large",
+                           "SubnetId": w["subnets"]["private"]["us-east-1a"]}])
+    ids = out["Instances"][0]["InstanceIds"]
+    try:
+        d = ec2.describe_instances(InstanceIds=ids)["Reservations"][0]["Instances"][0]
+        assert [g["GroupId"] for g in d["SecurityGroups"]] == [w["securityGroups"]["node"]], d
+        assert [g["GroupId"] for g in d["NetworkInterfaces"][0]["Groups"]] == [
+            w["securityGroups"]["node"]], d["NetworkInterfaces"]
+    finally:
+        ec2.terminate_instances(InstanceIds=ids)
+
+
+@test
 def create_fleet_is_idempotent_by_client_token():
     """A retried CreateFleet (same ClientToken) gets the first answer, not a second instance."""
     ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
