@@ -3,7 +3,8 @@
 //!
 //! `cargo test --workspace --test it sidebyside -- --ignored --nocapture`
 //!
-//! (`SIDEBYSIDE=mixed,interruption` runs only the scenarios named.) jointer's world runs
+//! (`SIDEBYSIDE=mixed,interruption` runs only the scenarios named, `SIDEBYSIDE_PEER=jointer`
+//! or `=upstream` only that controller.) jointer's world runs
 //! jointer-controller as a local process with its default timings; upstream's is applied with
 //! `controller.install: helm` and upstream's real chart, and its controller runs with the
 //! environment the chart gave its Deployment. Both run as the controller role (every AWS call
@@ -244,6 +245,8 @@ fn replicas(workload: &[Deployment]) -> usize {
 struct Row {
     scenario: &'static str,
     peer: Peer,
+    /// NodeClaims launched over the run (successful CreateFleet calls).
+    launched: usize,
     nodes: usize,
     types: BTreeMap<String, usize>,
     dollars: f64,
@@ -281,8 +284,7 @@ fn running_pods(pods: &[Pod]) -> usize {
 }
 
 /// Waits until `expected` pods run and the world's live NodeClaims have not changed for
-/// `quiet` (both controllers poll disruption every 10 s and validate for 15 s); returns the
-/// seconds from `since` to the last change.
+/// 90 s; returns the seconds from `since` to the last change.
 async fn settle(
     admin: &kube::Client,
     cluster: &str,
@@ -290,7 +292,9 @@ async fn settle(
     expected: usize,
     since: Instant,
 ) -> f64 {
-    let quiet = Duration::from_secs(45);
+    // Long enough for jointer's consolidation of a fresh node: DISRUPTION_SETTLE (30 s), a
+    // poll (10 s) and validation (15 s); upstream's has no settle.
+    let quiet = Duration::from_secs(90);
     let limit = Duration::from_secs(600);
     let mut last: Option<(Vec<String>, usize)> = None;
     let mut changed = since.elapsed();
@@ -442,7 +446,12 @@ async fn run(scenario: Scenario, peer: Peer, port: u16) -> Row {
             Some(settle(&admin, &s.cluster, &pods, expected, since).await)
         }
     };
-    let aws_calls = testenv::calls().len();
+    let calls = testenv::calls();
+    let aws_calls = calls.len();
+    let launched = calls
+        .iter()
+        .filter(|c| c["operation"] == "CreateFleet" && c["status"] == 200)
+        .count();
     let claims = live_claims(&admin, &s.cluster).await;
     let mut types = BTreeMap::new();
     for c in &claims {
@@ -461,6 +470,7 @@ async fn run(scenario: Scenario, peer: Peer, port: u16) -> Row {
     let row = Row {
         scenario: scenario.name,
         peer,
+        launched,
         nodes: claims.len(),
         types,
         dollars: dollars_per_hour(&claims),
@@ -493,14 +503,15 @@ async fn run(scenario: Scenario, peer: Peer, port: u16) -> Row {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("\n| scenario | controller | NodeClaims | instance types | $/hour | pod → Running p50 / p95 | settled after | AWS calls | IAM refused | peak RSS |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| scenario | controller | launched | nodes after settling | instance types | $/hour | pod → Running p50 / p95 | settled after | AWS calls | IAM refused | peak RSS |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let types: Vec<String> = r.types.iter().map(|(t, n)| format!("{n}× {t}")).collect();
         println!(
-            "| {} | {} | {} | {} | {:.4} | {:.1} s / {:.1} s | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.4} | {:.1} s / {:.1} s | {} | {} | {} | {} |",
             r.scenario,
             r.peer.name(),
+            r.launched,
             r.nodes,
             types.join(", "),
             r.dollars,
@@ -530,9 +541,14 @@ async fn sidebyside() {
         "SIDEBYSIDE={only:?} names none of: {}",
         SCENARIOS.map(|s| s.name).join(", ")
     );
+    let peer_only = std::env::var("SIDEBYSIDE_PEER").unwrap_or_default();
+    let peers: Vec<(Peer, u16)> = [(Peer::Jointer, 28480), (Peer::Upstream, 28490)]
+        .into_iter()
+        .filter(|(p, _)| peer_only.is_empty() || p.name().starts_with(peer_only.as_str()))
+        .collect();
     let mut rows = Vec::new();
     for scenario in chosen {
-        for (peer, port) in [(Peer::Jointer, 28480), (Peer::Upstream, 28490)] {
+        for &(peer, port) in &peers {
             let row = run(scenario, peer, port).await;
             print_table(std::slice::from_ref(&row));
             rows.push(row);

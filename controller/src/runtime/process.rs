@@ -78,6 +78,12 @@ pub async fn run(settings: Settings) -> Result<()> {
             &kubernetes,
             metrics.clone(),
         )?);
+        // The region's instance types and prices, fetched while the caches sync and the
+        // classes resolve, so the first pending pods do not wait for them.
+        tokio::spawn({
+            let cloud = cloud.clone();
+            async move { cloud.prefetch_offerings().await }
+        });
         let queue = settings.interruption_queue.clone().map(|name| {
             Arc::new(aws::Sqs::new(&config, name, metrics.clone())) as Arc<dyn InterruptionQueue>
         });

@@ -119,6 +119,14 @@ impl AwsCloud {
         Ok(fresh)
     }
 
+    /// Fetches the region's offerings ahead of any provisioning pass (a failure is only
+    /// logged: the first pass fetches them again).
+    pub async fn prefetch_offerings(&self) {
+        if let Err(e) = self.offerings().await {
+            tracing::warn!(error = %e, "instance types and prices could not be fetched ahead of provisioning");
+        }
+    }
+
     /// The instance types of every Ready class, by class name (one offerings fetch for all).
     pub(super) async fn types_of_ready_classes(
         &self,
