@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 
 use super::provisioning::{
-    class_ready, deployment, instance_id, nodeclaims, running, world_claims, write_templates, Scene,
+    all_running, class_ready, deployment, instance_id, nodeclaims, world_claims, write_templates,
+    Scene,
 };
 use crate::support::testenv::{self, wait_for};
 use crate::support::world::Setup;
@@ -41,11 +42,11 @@ async fn terminating_an_instance_without_the_cluster_tag_is_refused_and_reported
         )
         .await
         .expect("web");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &scene.ns);
-    wait_for("the pod Running", Duration::from_secs(120), || async {
-        let list = pods.list(&ListParams::default()).await.ok()?.items;
-        (running(&list) == 1).then_some(())
-    })
+    all_running(
+        &Api::<Pod>::namespaced(admin.clone(), &scene.ns),
+        "app=web",
+        1,
+    )
     .await;
     assert!(
         testenv::iam_refusals(&s.cluster).is_empty(),

@@ -4,7 +4,8 @@
 //! `cargo test --workspace --test it sidebyside -- --ignored --nocapture`
 //!
 //! (`SIDEBYSIDE=mixed,interruption` runs only the scenarios named, `SIDEBYSIDE_PEER=jointer`
-//! or `=upstream` only that controller.) jointer's world runs
+//! or `=upstream` only that controller; `SIDEBYSIDE_EXPLAIN=1` prints `jointer explain node`
+//! for each of jointer's nodes after settling.) jointer's world runs
 //! jointer-controller as a local process with its default timings; upstream's is applied with
 //! `controller.install: helm` and upstream's real chart, and its controller runs with the
 //! environment the chart gave its Deployment. Both run as the controller role (every AWS call
@@ -35,8 +36,8 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::provisioning::{
-    class_ready, controller_role, deployment, namespace, put_ec2_event, scale, world_claims,
-    write_class, write_pool, write_templates, WORLD_LABEL,
+    class_ready, cluster_instances, controller_role, deployment, namespace, put_ec2_event, scale,
+    world_claims, write_class, write_pool, write_templates, WORLD_LABEL,
 };
 use super::scale::dollars_per_hour;
 use crate::support::controller::{Controller, Options};
@@ -245,7 +246,7 @@ fn replicas(workload: &[Deployment]) -> usize {
 struct Row {
     scenario: &'static str,
     peer: Peer,
-    /// NodeClaims launched over the run (successful CreateFleet calls).
+    /// Instances launched over the run.
     launched: usize,
     nodes: usize,
     types: BTreeMap<String, usize>,
@@ -446,12 +447,21 @@ async fn run(scenario: Scenario, peer: Peer, port: u16) -> Row {
             Some(settle(&admin, &s.cluster, &pods, expected, since).await)
         }
     };
+    if peer == Peer::Jointer && std::env::var_os("SIDEBYSIDE_EXPLAIN").is_some() {
+        // Why each node stayed as it is: `jointer explain node`'s verdicts after settling.
+        for claim in live_claims(&admin, &s.cluster).await {
+            let node = claim.data["status"]["nodeName"]
+                .as_str()
+                .unwrap_or_default();
+            let run = s.jointer(&["explain", "node", node]);
+            println!("{}: {}{}", scenario.name, run.stdout, run.stderr);
+        }
+    }
     let calls = testenv::calls();
     let aws_calls = calls.len();
-    let launched = calls
-        .iter()
-        .filter(|c| c["operation"] == "CreateFleet" && c["status"] == 200)
-        .count();
+    // Every instance launched for the world, terminated ones included (upstream launches
+    // several NodeClaims' instances with one CreateFleet, so calls do not count them).
+    let launched = cluster_instances(&s, &[]).await.len();
     let claims = live_claims(&admin, &s.cluster).await;
     let mut types = BTreeMap::new();
     for c in &claims {

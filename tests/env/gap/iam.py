@@ -486,26 +486,31 @@ def _ec2(op, params, partition, region, account, lookup):
                              request_tags=tags,
                              extra={"ec2:CreateAction": ["CreateLaunchTemplate"]}))
         return out
+    # A resource EC2 does not know is answered with its NotFound error before any tag
+    # condition could be evaluated: such ids are left to the service (no authorization).
     if op == "DeleteLaunchTemplate":
         tid, name = params.get("LaunchTemplateId"), params.get("LaunchTemplateName")
         lt = lookup.launch_template(region, template_id=tid, template_name=name)
-        rid, tags = (lt["id"], lt.get("tags") or {}) if lt else (tid or "*", {})
-        return [_auth("ec2:DeleteLaunchTemplate", arn("launch-template", rid), region,
-                      resource_tags=tags, tag_prefixes=ec2_tags)]
+        if lt is None:
+            return []
+        return [_auth("ec2:DeleteLaunchTemplate", arn("launch-template", lt["id"]), region,
+                      resource_tags=lt.get("tags") or {}, tag_prefixes=ec2_tags)]
     if op == "TerminateInstances":
+        known = [(i, lookup.ec2_tags(region, i)) for i in _as_list(params.get("InstanceId"))]
         return [_auth("ec2:TerminateInstances", arn("instance", i), region,
-                      resource_tags=lookup.ec2_tags(region, i) or {}, tag_prefixes=ec2_tags)
-                for i in _as_list(params.get("InstanceId"))]
+                      resource_tags=tags, tag_prefixes=ec2_tags)
+                for i, tags in known if tags is not None]
     if op in ("CreateTags", "DeleteTags"):
         items = [t for t in _as_list(params.get("Tag")) if isinstance(t, dict) and "Key" in t]
         request = {t["Key"]: t["Value"] for t in items if "Value" in t}
         keys = [t["Key"] for t in items]
         out = []
         for rid in _as_list(params.get("ResourceId")):
-            rtype = _ec2_type(rid)
+            rtype, tags = _ec2_type(rid), lookup.ec2_tags(region, rid)
+            if tags is None:
+                continue
             out.append(_auth(f"ec2:{op}", arn(rtype, rid) if rtype else "*", region,
-                             request_tags=request, tag_keys=keys,
-                             resource_tags=lookup.ec2_tags(region, rid) or {},
+                             request_tags=request, tag_keys=keys, resource_tags=tags,
                              tag_prefixes=ec2_tags))
         return out
     return [_auth(f"ec2:{op}", "*", region)]

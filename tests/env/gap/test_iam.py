@@ -306,12 +306,24 @@ def test_create_tags_later_only_allowed_keys():
 def test_create_tags_arns_by_id():
     params = {"ResourceId": ["ami-1", "sg-1", "subnet-1", "eni-1", "vol-1", "lt-1", "x-1"],
               "Tag": [{"Key": "a", "Value": "b"}]}
+    known = FakeLookup(ec2_tags={rid: {} for rid in params["ResourceId"]})
     got = [a.resource for a in iam.authorizations("ec2", "CreateTags", params, REGION, ACCOUNT,
-                                                  world())]
+                                                  known)]
     p = f"arn:aws:ec2:{REGION}"
     assert got == [f"{p}::image/ami-1", f"{p}:{ACCOUNT}:security-group/sg-1",
                    f"{p}:{ACCOUNT}:subnet/subnet-1", f"{p}:{ACCOUNT}:network-interface/eni-1",
                    f"{p}:{ACCOUNT}:volume/vol-1", f"{p}:{ACCOUNT}:launch-template/lt-1", "*"], got
+
+
+def test_resources_ec2_does_not_know_are_left_to_its_not_found_error():
+    """EC2 answers an unknown id with NotFound before a tag condition could be evaluated
+    (upstream deletes a launch template twice when two paths race; the second call must get
+    EC2's error, not IAM's)."""
+    nothing = FakeLookup()
+    for op, params in (("DeleteLaunchTemplate", {"LaunchTemplateId": "lt-gone"}),
+                       ("TerminateInstances", {"InstanceId": ["i-gone"]}),
+                       ("CreateTags", {"ResourceId": ["i-gone"], "Tag": [{"Key": "a"}]})):
+        assert iam.authorizations("ec2", op, params, REGION, ACCOUNT, nothing) == [], op
 
 
 def test_describe_only_in_the_cluster_region():
