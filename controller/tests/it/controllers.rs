@@ -1028,7 +1028,14 @@ async fn an_empty_node_is_consolidated_away() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spot_interruption_replaces_the_node_and_avoids_that_capacity() {
     let _turn = crate::testenv::TURN.lock().await;
-    let s = Scene::start("ip-spot", spot_only(), |_| {}).await;
+    // The suite's zero settle lets an empty node go the moment its nomination lapses; on a
+    // loaded machine kube-scheduler bound worker-0 later than that and its fresh node was
+    // consolidated first (CI, twice). Production's settle is 30 s; this test is about
+    // interruption, so it takes 5 s, as the CLI suite's controller does.
+    let s = Scene::start("ip-spot", spot_only(), |settings| {
+        settings.disruption_settle = Duration::from_secs(5)
+    })
+    .await;
     s.pod("worker-0", "1", json!({})).await;
     let first_node = s.running("worker-0").await;
     let first = s.sim.instances().remove(0).launched;
