@@ -226,12 +226,11 @@ class Call:
         self.body = body
         self.target = self.header("X-Amz-Target")
         self.service, self.region = None, default_region
-        m = re.search(r"Credential=[^/]+/\d{8}/([^/]+)/([^/]+)/aws4_request",
+        m = re.search(r"Credential=([^/,\s]+)/\d{8}/([^/]+)/([^/]+)/aws4_request",
                       self.header("Authorization") or "")
+        self.access_key = m.group(1) if m else None
         if m:
-            self.region, self.service = m.group(1), m.group(2)
-        key = re.search(r"Credential=([^/,\s]+)/", self.header("Authorization") or "")
-        self.access_key = key.group(1) if key else None
+            self.region, self.service = m.group(2), m.group(3)
         self.form = []
         ctype = (self.header("Content-Type") or "").lower()
         if method == "POST" and "x-www-form-urlencoded" in ctype:

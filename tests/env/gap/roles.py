@@ -28,6 +28,7 @@ plays two parts of AWS itself:
 """
 
 import base64
+import collections
 import datetime
 import hashlib
 import json
@@ -141,16 +142,16 @@ class Roles:
         self.sessions = {}  # access key id -> session (role, cluster, label, principal context)
         self.policies = {}  # role name -> (read at, [documents])
         self.most_policies = {}  # role name -> the most policy documents it has been seen with
+        self.grants = {}  # role name -> the action patterns its policies allow, as last read
         self.lookup = MotoLookup(gap)
         self.clear()
 
     def clear(self):
         with self.lock:
             self.evaluated = 0
-            self.denied = []
+            self.denied = collections.deque(maxlen=DENIED_KEPT)
             self.denied_count = 0
             self.used = {}  # label -> {action: count}
-            self.granted = {}  # label -> granted action patterns, as last read
 
     # ---- the Pod Identity agent ----
 
@@ -285,6 +286,8 @@ class Roles:
             self.policies[role_name] = (time.time(), docs)
             self.most_policies[role_name] = max(self.most_policies.get(role_name, 0),
                                                 len(docs or []))
+            if docs is not None:
+                self.grants[role_name] = iam.granted_actions(docs)
         return docs
 
     def check(self, call, access_key):
@@ -308,8 +311,6 @@ class Roles:
             verdict = iam.decide(docs, auths, session["context"])
         with self.lock:
             self.evaluated += 1
-            self.granted[session["label"]] = sorted(iam.granted_actions(docs or []) |
-                                                    set(self.granted.get(session["label"], [])))
             used = self.used.setdefault(session["label"], {})
             for a in {a.action for a in auths} if verdict.allowed else ():
                 used[a] = used.get(a, 0) + 1
@@ -325,7 +326,7 @@ class Roles:
                       "cluster": session["cluster"], "role_intact": intact,
                       "operation": f"{call.service}:{call.operation}", "action": denied.action,
                       "resource": denied.resource, "reason": verdict.reason, "t": round(time.time(), 3)}
-            self.denied = (self.denied + [record])[-DENIED_KEPT:]
+            self.denied.append(record)
         message = (f"User: {session['arn']} is not authorized to perform: {denied.action} on "
                    f"resource: {denied.resource} because {verdict.reason}")
         if call.protocol == "ec2":
@@ -337,16 +338,21 @@ class Roles:
     def report(self, cluster=None):
         """Every decision so far; with `cluster`, only the refusals of that cluster's sessions."""
         with self.lock:
-            labels = sorted(set(self.used) | set(self.granted))
+            # Per service account: what its sessions' roles allow, against what they used.
+            granted = {}
+            for session in self.sessions.values():
+                granted.setdefault(session["label"], set()).update(
+                    self.grants.get(session["role"], ()))
             return {
                 "evaluated": self.evaluated, "denied_count": self.denied_count,
                 "denied": [d for d in self.denied if cluster in (None, d["cluster"])],
                 "principals": {
-                    label: {"used": dict(sorted(self.used.get(label, {}).items())),
+                    label: {"used": dict(sorted(used.items())),
                             "unused_grants": iam.unused_grants(
-                                [{"Statement": [{"Effect": "Allow", "Action": self.granted.get(label, []),
+                                [{"Statement": [{"Effect": "Allow",
+                                                 "Action": sorted(granted.get(label, ())),
                                                  "Resource": "*"}]}],
-                                set(self.used.get(label, {})))}
-                    for label in labels
+                                set(used))}
+                    for label, used in sorted(self.used.items())
                 },
             }
