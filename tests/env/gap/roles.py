@@ -64,21 +64,25 @@ def token_claims(token):
         raise Refused(400, "the Authorization header does not hold a service-account token")
 
 
-def trusts_pod_identity(trust):
-    """Whether a trust policy lets EKS Pod Identity assume the role and tag the session."""
+def _listed(value):
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def trust_statements(trust, kind, principal):
+    """The trust's statements naming `principal` (of `kind`: Service, Federated, AWS), without
+    the Principal and with `Resource: *`, so iam.evaluate can judge them (the role being the
+    resource of a trust)."""
     statements = trust.get("Statement", [])
-    if isinstance(statements, dict):
-        statements = [statements]
-    granted = set()
-    for s in statements:
-        if s.get("Effect") != "Allow":
-            continue
-        services = (s.get("Principal") or {}).get("Service", [])
-        if POD_IDENTITY_AUDIENCE not in ([services] if isinstance(services, str) else services):
-            continue
-        actions = s.get("Action", [])
-        granted.update(a.lower() for a in ([actions] if isinstance(actions, str) else actions))
-    return {"sts:assumerole", "sts:tagsession"} <= granted
+    named = [st for st in _listed(statements) if isinstance(st, dict)
+             and principal in _listed((st.get("Principal") or {}).get(kind))]
+    return [{"Statement": [dict({k: v for k, v in st.items() if k != "Principal"},
+                                Resource=st.get("Resource", "*"))]} for st in named]
+
+
+def trust_allows(trust, kind, principal, action, role_arn, context=None):
+    """Whether the trust lets `principal` do `action` on the role, conditions evaluated."""
+    docs = trust_statements(trust, kind, principal)
+    return iam.evaluate(docs, iam.Authorization(action, role_arn, context or {})).allowed
 
 
 class MotoLookup:
@@ -191,7 +195,8 @@ class Roles:
             raise Refused(403, f"the association's role {role_arn} does not exist")
         if isinstance(trust, str):
             trust = json.loads(urllib.parse.unquote(trust))
-        if not trusts_pod_identity(trust):
+        if not all(trust_allows(trust, "Service", POD_IDENTITY_AUDIENCE, action, role_arn)
+                   for action in ("sts:AssumeRole", "sts:TagSession")):
             raise Refused(403, f"the role {role_arn} does not trust {POD_IDENTITY_AUDIENCE} "
                                "for sts:AssumeRole and sts:TagSession")
         tags = {
@@ -233,27 +238,21 @@ class Roles:
         if isinstance(trust, str):
             trust = json.loads(urllib.parse.unquote(trust))
         issuers = {hashlib.sha256(c.encode()).hexdigest()[:32].upper(): c for c in clusters}
-        statements = trust.get("Statement", [])
-        for s in [statements] if isinstance(statements, dict) else statements:
-            federated = (s.get("Principal") or {}).get("Federated", [])
-            for provider in [federated] if isinstance(federated, str) else federated:
-                host = provider.split(":oidc-provider/", 1)[-1]
-                cluster = issuers.get(host.rsplit("/", 1)[-1])
-                if provider not in providers or cluster is None:
-                    continue
-                context = {f"{host}:sub": [claims.get("sub", "")], f"{host}:aud": audience}
-                statement = {k: v for k, v in s.items() if k != "Principal"}
-                statement.setdefault("Resource", "*")
-                auth = iam.Authorization("sts:AssumeRoleWithWebIdentity", role_arn, context)
-                if not iam.evaluate([{"Statement": [statement]}], auth).allowed:
-                    continue
+        federated = {p for st in _listed(trust.get("Statement")) if isinstance(st, dict)
+                     for p in _listed((st.get("Principal") or {}).get("Federated"))}
+        for provider in sorted(federated & providers):
+            host = provider.split(":oidc-provider/", 1)[-1]
+            cluster = issuers.get(host.rsplit("/", 1)[-1])
+            context = {f"{host}:sub": [claims.get("sub", "")], f"{host}:aud": audience}
+            if cluster is not None and trust_allows(trust, "Federated", provider,
+                                                    "sts:AssumeRoleWithWebIdentity", role_arn,
+                                                    context):
                 resp = forward(call)
                 found = re.search(rb"<AccessKeyId>([^<]+)</AccessKeyId>", resp.body)
                 if resp.status == 200 and found:
                     service_account = claims.get("sub", "").rsplit(":", 1)[-1]
                     self.register(found.group(1).decode(), role_name,
-                                  params.get("RoleSessionName", ""), cluster, service_account,
-                                  {})
+                                  params.get("RoleSessionName", ""), cluster, service_account, {})
                 return resp
         raise Refused(403, f"Not authorized to perform sts:AssumeRoleWithWebIdentity: the trust "
                            f"of {role_arn} allows no OIDC provider and subject "
