@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::labels::TERMINATION_TIMESTAMP;
 use crate::api::nodeclaim::NodeClaim;
-use crate::core::disruption::{decide, Command, Inputs};
+use crate::core::disruption::{decide, revalidate, Command, Inputs};
 use crate::core::drain::stale_disrupted;
 use crate::core::nodeclaim::from_plan;
 use crate::core::state::types_of_pools;
@@ -43,15 +43,14 @@ pub async fn run(ctx: Arc<Context>) {
         };
         // The cluster moves on: act only if the same decision still holds a little later.
         tokio::time::sleep(ctx.settings.disruption_validation).await;
-        let validation_from = command.candidates.first().map(String::as_str);
-        match decide_now(&ctx, validation_from).await.0 {
-            Some(again) if again.same_as(&command) => {
+        match revalidate_now(&ctx, &command).await {
+            Ok(again) => {
                 if let Err(e) = execute(&ctx, &again).await {
                     tracing::error!(error = %e, method = again.method.as_str(), "disruption failed");
                 }
             }
-            _ => {
-                tracing::info!(method = command.method.as_str(), nodeclaims = %command.candidates.join(","), "disruption no longer valid after the validation delay")
+            Err(why) => {
+                tracing::info!(method = command.method.as_str(), nodeclaims = %command.candidates.join(","), why = %why, "disruption no longer valid after the validation delay")
             }
         }
     }
@@ -84,17 +83,48 @@ async fn decide_now(
     ctx: &Context,
     single_node_from: Option<&str>,
 ) -> (Option<Command>, Option<String>) {
+    let decision = with_inputs(ctx, single_node_from, |inputs| {
+        let started = Instant::now();
+        let decision = decide(inputs);
+        ctx.metrics
+            .disruption_decision
+            .observe(started.elapsed().as_secs_f64());
+        decision
+    })
+    .await;
+    let Some(decision) = decision else {
+        return (None, None);
+    };
+    for (claim, why) in &decision.kept {
+        tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
+    }
+    (decision.command, decision.single_node_stopped_at)
+}
+
+/// `command` checked again on the cluster as it is now.
+async fn revalidate_now(ctx: &Context, command: &Command) -> Result<Command, String> {
+    with_inputs(ctx, None, |inputs| revalidate(inputs, command))
+        .await
+        .unwrap_or_else(|| Err("no instance types to simulate with".into()))
+}
+
+/// Runs `f` over the disruption core's inputs as the stores and the cloud hold them now;
+/// `None` when the instance types cannot be had.
+async fn with_inputs<T>(
+    ctx: &Context,
+    single_node_from: Option<&str>,
+    f: impl FnOnce(&Inputs) -> T,
+) -> Option<T> {
     let snapshot = ctx.stores.snapshot();
     let types_of_class = match ctx.cloud.instance_types(&snapshot.nodeclasses).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "no instance types: no disruption decision this round");
-            return (None, None);
+            return None;
         }
     };
     let (types_of_pool, _) = types_of_pools(&snapshot, &types_of_class);
-    let started = Instant::now();
-    let decision = decide(&Inputs {
+    Some(f(&Inputs {
         snapshot: &snapshot,
         types_of_class: &types_of_class,
         types_of_pool: &types_of_pool,
@@ -105,14 +135,7 @@ async fn decide_now(
         nominated: &ctx.nominations.active(Instant::now()),
         policies: ctx.settings.policies(),
         timeouts: ctx.settings.consolidation_timeouts(),
-    });
-    ctx.metrics
-        .disruption_decision
-        .observe(started.elapsed().as_secs_f64());
-    for (claim, why) in &decision.kept {
-        tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
-    }
-    (decision.command, decision.single_node_stopped_at)
+    }))
 }
 
 async fn event(ctx: &Context, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {

@@ -139,7 +139,8 @@ fn daemon_pod(ds: &DaemonSet) -> Option<SchedPod> {
     Some(SchedPod::from_k8s(&pod, None))
 }
 
-fn resources(
+/// A Kubernetes resource list (a node's allocatable) as the scheduling model's vector.
+pub fn resources(
     list: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 ) -> Resources {
     let parsed: BTreeMap<String, Quantity> = list

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jointer_controller::api::labels;
-use jointer_controller::core::disruption::{decide, ConsolidationTimeouts, Inputs, Method};
+use jointer_controller::core::disruption::{
+    decide, revalidate, ConsolidationTimeouts, Inputs, Method,
+};
 use jointer_controller::core::scheduling::{
     CapacityType, InstanceType, Offering, Requirement, Requirements, Resources,
 };
@@ -344,6 +346,123 @@ fn several_nodes_are_consolidated_at_once_when_no_single_one_can_go() {
     assert!(run(&snap).command.is_none());
 }
 
+/// Two full nodes (a 3-CPU pod each) and two quarter-full ones (two 500m pods each), all
+/// 4-CPU nodes at $0.2, in `order`.
+fn two_full_two_quarter_full(order: &[&str]) -> Snapshot {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for name in order {
+        nodes.push(node(name, "mid", 4, LONG_AGO, json!({})));
+        if ["a", "b"].contains(name) {
+            pods.push(pod(&format!("{name}-big"), name, "3", json!({})));
+        } else {
+            pods.push(pod(&format!("{name}-1"), name, "500m", json!({})));
+            pods.push(pod(&format!("{name}-2"), name, "500m", json!({})));
+        }
+    }
+    snapshot(pool_of_unbounded_budget(), &nodes, &pods)
+}
+
+#[test]
+fn multi_node_consolidation_tries_the_emptiest_nodes_first_in_any_store_order() {
+    // Fewest pods first would try the two full nodes together (6 CPU: only an 8-CPU node at
+    // $0.4, no saving) and fall back to one quarter-full node at a time ($0.2); the emptiest
+    // first finds both quarter-full nodes' pods a place on the full ones ($0.4). Taking a
+    // full node too saves no more (its pod needs a new 4-CPU node), so it is left.
+    for order in [
+        ["a", "b", "c", "d"],
+        ["d", "c", "b", "a"],
+        ["b", "d", "a", "c"],
+    ] {
+        let c = run(&two_full_two_quarter_full(&order))
+            .command
+            .expect("a command");
+        assert_eq!(c.method, Method::Underutilized);
+        assert_eq!(
+            c.candidates,
+            ["claim-c", "claim-d"],
+            "store order {order:?}"
+        );
+        assert!(c.replacements.is_empty());
+        assert!((c.saving - 0.4).abs() < 1e-9, "{}", c.saving);
+    }
+}
+
+#[test]
+fn a_budget_of_two_does_not_hide_the_third_candidate_from_single_node_consolidation() {
+    // a and b, the emptiest, cannot go (their 2.5-CPU pods fit nowhere else, and together
+    // they need a node as dear as both); c, third in order, can: its pods fit on a and b.
+    // The budget lets two nodes go at once, which bounds multi-node's set, not which nodes
+    // single-node may try.
+    let snap = snapshot(
+        pool(
+            json!({"consolidateAfter": "30s", "budgets": [{"nodes": "2"}]}),
+            "720h",
+        ),
+        &[
+            node("a", "mid", 4, LONG_AGO, json!({})),
+            node("b", "mid", 4, LONG_AGO, json!({})),
+            node("c", "mid", 4, LONG_AGO, json!({})),
+        ],
+        &[
+            pod("pa", "a", "2500m", json!({})),
+            pod("pb", "b", "2500m", json!({})),
+            pod("pc1", "c", "1500m", json!({})),
+            pod("pc2", "c", "1500m", json!({})),
+        ],
+    );
+    let d = run(&snap);
+    let c = d.command.as_ref().expect("a command");
+    assert_eq!(c.candidates, ["claim-c"]);
+    assert!(c.replacements.is_empty());
+    assert!(
+        kept_reason(&d, "claim-a").contains("no replacement is cheaper"),
+        "{:?}",
+        d.kept
+    );
+}
+
+#[test]
+fn a_consolidation_is_validated_by_simulating_its_own_candidates_again() {
+    let snap = two_full_two_quarter_full(&["a", "b", "c", "d"]);
+    let types = types();
+    let (types_of_pool, _) = types_of_pools(&snap, &types);
+    let nominated = HashSet::new();
+    let inputs = |snap| Inputs {
+        snapshot: snap,
+        types_of_class: &types,
+        types_of_pool: &types_of_pool,
+        now: NOW.parse::<Timestamp>().unwrap(),
+        settle: Duration::from_secs(30),
+        spot_to_spot: false,
+        single_node_from: None,
+        nominated: &nominated,
+        policies: Default::default(),
+        timeouts: ConsolidationTimeouts::default(),
+    };
+    let command = run(&snap).command.expect("a command");
+    let again = revalidate(&inputs(&snap), &command).expect("still valid");
+    assert!(again.same_as(&command));
+    // Pods landed on the full nodes meanwhile: the quarter-full nodes' pods now need a node.
+    let mut moved = snap.clone();
+    for full in ["a", "b"] {
+        moved
+            .pods
+            .push(from(pod(&format!("{full}-late"), full, "1", json!({}))));
+    }
+    let why = revalidate(&inputs(&moved), &command).expect_err("no longer valid");
+    assert!(why.contains("no longer the same"), "{why}");
+    // A candidate gone from the cluster.
+    let mut gone = snap.clone();
+    gone.nodeclaims
+        .retain(|c| c.metadata.name.as_deref() != Some("claim-d"));
+    let why = revalidate(&inputs(&gone), &command).expect_err("no longer valid");
+    assert!(
+        why.contains("claim-d is no longer a consolidation candidate"),
+        "{why}"
+    );
+}
+
 #[test]
 fn do_not_disrupt_and_recent_pod_events_keep_a_node() {
     let snap = snapshot(
@@ -496,8 +615,9 @@ fn class_c(types: Vec<Arc<InstanceType>>) -> HashMap<String, Vec<Arc<InstanceTyp
 /// stopped; started over, it would try the first candidate for ever.
 #[test]
 fn single_node_consolidation_resumes_where_it_ran_out_of_time() {
-    // a, b and c are full smallest nodes (nothing cheaper, no room for their pods elsewhere);
-    // d, tried last (most pods), could be a cheaper `seven`. All four do not fit one node.
+    // a, b and c are smallest nodes 80 % full (nothing cheaper, no room for their pods
+    // elsewhere); d, tried last (85 % full), could be a cheaper `seven`. All four do not fit
+    // one node.
     let snap = snapshot(
         pool_of_unbounded_budget(),
         &[
@@ -507,11 +627,11 @@ fn single_node_consolidation_resumes_where_it_ran_out_of_time() {
             node("d", "big", 8, LONG_AGO, json!({})),
         ],
         &[
-            pod("pa", "a", "1800m", json!({})),
-            pod("pb", "b", "1800m", json!({})),
-            pod("pc", "c", "1800m", json!({})),
-            pod("pd1", "d", "3250m", json!({})),
-            pod("pd2", "d", "3250m", json!({})),
+            pod("pa", "a", "1600m", json!({})),
+            pod("pb", "b", "1600m", json!({})),
+            pod("pc", "c", "1600m", json!({})),
+            pod("pd1", "d", "3400m", json!({})),
+            pod("pd2", "d", "3400m", json!({})),
         ],
     );
     let types = || {

@@ -16,10 +16,11 @@ use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::buffer::{self, buffer_name};
 use crate::core::drain::with_disrupted_taint;
+use crate::core::scheduling::pod::pod_requests;
 use crate::core::scheduling::{
-    solve_with, CapacityType, InstanceType, Plan, PodKey, Policies, Requirement,
+    solve_with, CapacityType, InstanceType, Plan, PodKey, Policies, Requirement, Resources,
 };
-use crate::core::state::{build, registered_nodes};
+use crate::core::state::{build, registered_nodes, resources};
 
 /// Multi-node consolidation looks at no more candidates than this.
 const MULTI_NODE_MAX: usize = 100;
@@ -28,59 +29,159 @@ const MULTI_NODE_MAX: usize = 100;
 /// replacement does not chase the single cheapest (and most interrupted) pool.
 pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 
-/// The underutilized candidates in the order they are tried (fewest pods first, then the
-/// dearest), each pool's `Underutilized` budget applied.
+/// The underutilized candidates in the order they are tried, as each method may take them
+/// under the pools' `Underutilized` budgets.
+pub struct Allowed<'f, 'a> {
+    /// Together: as many per pool as its budget lets go now, in order.
+    pub together: Vec<&'f Candidate<'a>>,
+    /// One at a time: every candidate of a pool whose budget lets at least one go (as
+    /// upstream: a budget of two must not hide the third candidate from single-node).
+    pub one_at_a_time: Vec<&'f Candidate<'a>>,
+}
+
 pub fn allowed<'f, 'a>(
     inputs: &Inputs,
     found: &'f mut Found<'a>,
     budgets: &Budgets,
     totals: &HashMap<String, PoolTotals>,
-) -> Vec<&'f Candidate<'a>> {
-    let mut under: Vec<&Candidate> = Vec::new();
-    for c in &found.consolidatable {
-        match c.pool.spec.disruption.consolidation_policy {
-            ConsolidationPolicy::WhenEmpty => {}
-            ConsolidationPolicy::WhenEmptyOrUnderutilized => under.push(c),
-            // Deleting a node outright is the best any move on it can do: when even that
-            // falls short, no move is tried.
-            ConsolidationPolicy::Balanced => {
-                let price = claim_price(c.claim, inputs.types_of_pool).unwrap_or(0.0);
-                match balanced_shortfall(&[c], price, totals) {
-                    None => under.push(c),
-                    Some(why) => found
-                        .kept
-                        .push((c.claim.name_any(), format!("even deleting it: {why}"))),
-                }
-            }
-        }
-    }
-    under.sort_by(|a, b| {
-        a.pods.len().cmp(&b.pods.len()).then_with(|| {
-            let pa = claim_price(a.claim, inputs.types_of_pool).unwrap_or(0.0);
-            let pb = claim_price(b.claim, inputs.types_of_pool).unwrap_or(0.0);
-            pb.total_cmp(&pa)
-        })
-    });
+) -> Allowed<'f, 'a> {
+    let (under, kept) = underutilized(inputs, &found.consolidatable, totals);
+    found.kept.extend(kept);
+    let mut together = Vec::new();
+    let mut one_at_a_time = Vec::new();
     let mut used: HashMap<String, usize> = HashMap::new();
-    let mut allowed = Vec::new();
     for c in under {
         let pool = c.pool.name_any();
-        let n = used.entry(pool.clone()).or_default();
-        if *n < budgets.allowed(c.pool, DisruptionReason::Underutilized) {
+        let budget = budgets.allowed(c.pool, DisruptionReason::Underutilized);
+        if budget == 0 {
+            found.kept.push((c.claim.name_any(), no_budget(&pool)));
+            continue;
+        }
+        one_at_a_time.push(c);
+        let n = used.entry(pool).or_default();
+        if *n < budget {
             *n += 1;
-            allowed.push(c);
-        } else {
-            found.kept.push((
-                c.claim.name_any(),
-                format!("NodePool {pool}'s disruption budget for Underutilized allows no (more) disruption now"),
-            ));
+            together.push(c);
         }
     }
-    allowed
+    Allowed {
+        together,
+        one_at_a_time,
+    }
 }
 
-/// Several nodes at once: the longest prefix (at most 100, binary search) whose pods fit the
-/// rest of the cluster plus at most one cheaper node.
+fn no_budget(pool: &str) -> String {
+    format!("NodePool {pool}'s disruption budget for Underutilized allows no (more) disruption now")
+}
+
+/// The candidates whose policy lets them be consolidated, in the order they are tried: the
+/// emptiest first (the pods of the least used nodes are the likeliest to fit elsewhere
+/// together, which is what multi-node's prefixes need), then the fewest pods, the dearest,
+/// and by name, so every pass — and the validation of its decision — sees the same order.
+fn underutilized<'f, 'a>(
+    inputs: &Inputs,
+    consolidatable: impl IntoIterator<Item = &'f Candidate<'a>>,
+    totals: &HashMap<String, PoolTotals>,
+) -> (Vec<&'f Candidate<'a>>, Vec<(String, String)>) {
+    let mut kept = Vec::new();
+    let mut under: Vec<(f64, f64, &Candidate)> = Vec::new();
+    for c in consolidatable {
+        let price = claim_price(c.claim, inputs.types_of_pool).unwrap_or(0.0);
+        match c.pool.spec.disruption.consolidation_policy {
+            ConsolidationPolicy::WhenEmpty => {}
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => under.push((utilization(c), price, c)),
+            // Deleting a node outright is the best any move on it can do: when even that
+            // falls short, no move is tried.
+            ConsolidationPolicy::Balanced => match balanced_shortfall(&[c], price, totals) {
+                None => under.push((utilization(c), price, c)),
+                Some(why) => kept.push((c.claim.name_any(), format!("even deleting it: {why}"))),
+            },
+        }
+    }
+    under.sort_by(|(ua, pa, a), (ub, pb, b)| {
+        ua.total_cmp(ub)
+            .then_with(|| a.pods.len().cmp(&b.pods.len()))
+            .then_with(|| pb.total_cmp(pa))
+            .then_with(|| a.claim.name_any().cmp(&b.claim.name_any()))
+    });
+    (under.into_iter().map(|(_, _, c)| c).collect(), kept)
+}
+
+/// How much of its node a candidate's pods use: the larger of their CPU and memory requests'
+/// share of the node's allocatable.
+fn utilization(c: &Candidate) -> f64 {
+    let allocatable = c
+        .node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(resources)
+        .unwrap_or_default();
+    let used = c
+        .pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref())
+        .fold(Resources::ZERO, |sum, spec| sum + pod_requests(spec).0);
+    let share = |used: i64, of: i64| if of > 0 { used as f64 / of as f64 } else { 0.0 };
+    share(used.cpu, allocatable.cpu).max(share(used.memory, allocatable.memory))
+}
+
+/// Whether `cands` may go together under their pools' `Underutilized` budgets; if not, the
+/// first that may not, with why.
+fn within_budgets(cands: &[&Candidate], budgets: &Budgets) -> Result<(), (String, String)> {
+    let mut used: HashMap<String, usize> = HashMap::new();
+    for c in cands {
+        let pool = c.pool.name_any();
+        let n = used.entry(pool.clone()).or_default();
+        *n += 1;
+        if *n > budgets.allowed(c.pool, DisruptionReason::Underutilized) {
+            return Err((c.claim.name_any(), no_budget(&pool)));
+        }
+    }
+    Ok(())
+}
+
+/// A consolidation decided a moment ago, simulated again over its own candidates on the
+/// cluster as it is now: the command if every candidate is still consolidatable within its
+/// budget and the move is still the same, else why not. Deciding again from the start would
+/// judge a different question (another candidate order may find another move first).
+pub fn revalidate(
+    inputs: &Inputs,
+    found: &Found,
+    budgets: &Budgets,
+    totals: &HashMap<String, PoolTotals>,
+    command: &Command,
+) -> Result<Command, String> {
+    let theirs: Vec<&Candidate> = command
+        .candidates
+        .iter()
+        .map(|name| {
+            found
+                .consolidatable
+                .iter()
+                .find(|c| &c.claim.name_any() == name)
+                .ok_or_else(|| format!("NodeClaim {name} is no longer a consolidation candidate"))
+        })
+        .collect::<Result<_, _>>()?;
+    let (under, kept) = underutilized(inputs, theirs.iter().copied(), totals);
+    if let Some((name, why)) = kept.first() {
+        return Err(format!("NodeClaim {name}: {why}"));
+    }
+    if under.len() < theirs.len() {
+        return Err("its NodePool no longer consolidates underutilized nodes".into());
+    }
+    within_budgets(&theirs, budgets).map_err(|(name, why)| format!("NodeClaim {name}: {why}"))?;
+    let again = simulate(inputs, &theirs, totals)?;
+    if again.same_as(command) {
+        Ok(again)
+    } else {
+        Err("the move it simulates to is no longer the same".into())
+    }
+}
+
+/// Several nodes at once: a prefix of the candidates (at most 100, binary search for the
+/// longest) whose pods fit the rest of the cluster plus at most one cheaper node; of the
+/// prefixes that can go, the one that saves most.
 pub fn multi_node(
     inputs: &Inputs,
     allowed: &[&Candidate],
@@ -102,13 +203,24 @@ pub fn multi_node(
         let mid = (lo + hi) / 2;
         match simulate(inputs, &allowed[..mid], totals) {
             Ok(command) => {
-                best = Some(command);
+                if best.as_ref().is_none_or(|b| better(&command, b)) {
+                    best = Some(command);
+                }
                 lo = mid + 1;
             }
             Err(_) => hi = mid - 1,
         }
     }
     best
+}
+
+/// A longer prefix may save no more than a shorter one (its replacement costing what the
+/// shorter one's deletions save): the move that saves most is better, and of two that save
+/// the same, the one that disrupts fewer nodes.
+fn better(a: &Command, b: &Command) -> bool {
+    const SAME: f64 = 1e-6;
+    let churn = |c: &Command| c.candidates.len() + c.replacements.len();
+    a.saving > b.saving + SAME || (a.saving > b.saving - SAME && churn(a) < churn(b))
 }
 
 /// What single-node consolidation did in one pass.

@@ -149,13 +149,7 @@ impl Budgets<'_> {
 
 pub fn decide(inputs: &Inputs) -> Decision {
     let mut found = candidates::find(inputs);
-    // Balanced pools score moves against their totals, taken once for the pass.
-    let totals = balanced::pool_totals(
-        found
-            .live
-            .iter()
-            .map(|c| (c, claim_price(c.claim, inputs.types_of_pool))),
-    );
+    let totals = pool_totals(inputs, &found);
     let pool_nodes = std::mem::take(&mut found.pool_nodes);
     let budgets = Budgets {
         pool_nodes: &pool_nodes,
@@ -169,11 +163,17 @@ pub fn decide(inputs: &Inputs) -> Decision {
         .or_else(|| {
             let mut kept = Vec::new();
             let allowed = consolidation::allowed(inputs, &mut found, &budgets, &totals);
-            let command = consolidation::multi_node(inputs, &allowed, &totals).or_else(|| {
-                let single = consolidation::single_node(inputs, &allowed, &totals, &mut kept);
-                stopped_at = single.stopped_at;
-                single.command
-            });
+            let command =
+                consolidation::multi_node(inputs, &allowed.together, &totals).or_else(|| {
+                    let single = consolidation::single_node(
+                        inputs,
+                        &allowed.one_at_a_time,
+                        &totals,
+                        &mut kept,
+                    );
+                    stopped_at = single.stopped_at;
+                    single.command
+                });
             found.kept.extend(kept);
             command
         });
@@ -182,4 +182,41 @@ pub fn decide(inputs: &Inputs) -> Decision {
         kept: found.kept,
         single_node_stopped_at: stopped_at,
     }
+}
+
+/// `command`, decided a moment ago, on the cluster as it is now: the command to act on, or
+/// why it no longer holds. A consolidation is simulated again over its own candidates; any
+/// other method is decided again and must come to the same command.
+pub fn revalidate(inputs: &Inputs, command: &Command) -> Result<Command, String> {
+    if command.method != Method::Underutilized {
+        return match decide(inputs).command {
+            Some(again) if again.same_as(command) => Ok(again),
+            Some(other) => Err(format!(
+                "the cluster now calls for {} of {}",
+                other.method.as_str(),
+                other.candidates.join(",")
+            )),
+            None => Err("no disruption is called for now".into()),
+        };
+    }
+    let found = candidates::find(inputs);
+    let totals = pool_totals(inputs, &found);
+    let budgets = Budgets {
+        pool_nodes: &found.pool_nodes,
+        now: inputs.now,
+    };
+    consolidation::revalidate(inputs, &found, &budgets, &totals, command)
+}
+
+/// Balanced pools score moves against their totals, taken once for the pass.
+fn pool_totals(
+    inputs: &Inputs,
+    found: &candidates::Found,
+) -> HashMap<String, balanced::PoolTotals> {
+    balanced::pool_totals(
+        found
+            .live
+            .iter()
+            .map(|c| (c, claim_price(c.claim, inputs.types_of_pool))),
+    )
 }
