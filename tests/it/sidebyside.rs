@@ -447,6 +447,8 @@ async fn run(scenario: Scenario, peer: Peer, port: u16) -> Row {
             Some(settle(&admin, &s.cluster, &pods, expected, since).await)
         }
     };
+    // Counted before `jointer explain node`, whose own AWS reads are not the controller's.
+    let calls = testenv::calls();
     if peer == Peer::Jointer && std::env::var_os("SIDEBYSIDE_EXPLAIN").is_some() {
         // Why each node stayed as it is: `jointer explain node`'s verdicts after settling.
         for claim in live_claims(&admin, &s.cluster).await {
@@ -457,7 +459,6 @@ async fn run(scenario: Scenario, peer: Peer, port: u16) -> Row {
             println!("{}: {}{}", scenario.name, run.stdout, run.stderr);
         }
     }
-    let calls = testenv::calls();
     let aws_calls = calls.len();
     // Every instance launched for the world, terminated ones included (upstream launches
     // several NodeClaims' instances with one CreateFleet, so calls do not count them).

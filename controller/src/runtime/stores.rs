@@ -13,6 +13,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
@@ -79,7 +80,11 @@ where
     K: serde::de::DeserializeOwned,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    // managedFields are a good part of every object and nothing here reads them: dropped
+    // before the cache keeps the object (at thousands of pods, the cache is most of the heap).
+    let objects =
+        watcher(api, watcher::Config::default()).modify(|o| o.managed_fields_mut().clear());
+    let stream = reflector::reflector(writer, objects)
         .backoff(watch_backoff())
         .applied_objects();
     // Boxed: a dozen watch streams joined inline make one future too large for a thread's

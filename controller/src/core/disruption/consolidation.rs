@@ -11,16 +11,13 @@ use kube::ResourceExt;
 use super::balanced::{self, PoolTotals, Score};
 use super::candidates::{Candidate, Found};
 use super::price::{claim_price, worst_price};
+use super::simulation::World;
 use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
-use crate::core::buffer::{self, buffer_name};
-use crate::core::drain::with_disrupted_taint;
 use crate::core::scheduling::pod::pod_requests;
-use crate::core::scheduling::{
-    solve_with, CapacityType, InstanceType, Plan, PodKey, Policies, Requirement, Resources,
-};
-use crate::core::state::{build, registered_nodes, resources};
+use crate::core::scheduling::{CapacityType, InstanceType, Requirement, Resources};
+use crate::core::state::resources;
 
 /// Multi-node consolidation looks at no more candidates than this.
 const MULTI_NODE_MAX: usize = 100;
@@ -171,7 +168,7 @@ pub fn revalidate(
         return Err("its NodePool no longer consolidates underutilized nodes".into());
     }
     within_budgets(&theirs, budgets).map_err(|(name, why)| format!("NodeClaim {name}: {why}"))?;
-    let again = simulate(inputs, &theirs, totals)?;
+    let again = simulate(inputs, &World::default(), &theirs, totals)?;
     if again.same_as(command) {
         Ok(again)
     } else {
@@ -184,6 +181,7 @@ pub fn revalidate(
 /// prefixes that can go, the one that saves most.
 pub fn multi_node(
     inputs: &Inputs,
+    world: &World,
     allowed: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
 ) -> Option<Command> {
@@ -194,14 +192,14 @@ pub fn multi_node(
     }
     // Savings need not grow with the prefix (two nodes may gain nothing where three do): the
     // whole prefix is tried first, then the search runs below it.
-    match simulate(inputs, &allowed[..hi], totals) {
+    match simulate(inputs, world, &allowed[..hi], totals) {
         Ok(command) => return Some(command),
         Err(_) => hi -= 1,
     }
     let mut best = None;
     while lo <= hi && started.elapsed() < inputs.timeouts.multi_node {
         let mid = (lo + hi) / 2;
-        match simulate(inputs, &allowed[..mid], totals) {
+        match simulate(inputs, world, &allowed[..mid], totals) {
             Ok(command) => {
                 if best.as_ref().is_none_or(|b| better(&command, b)) {
                     best = Some(command);
@@ -239,6 +237,7 @@ pub struct SingleNode {
 /// tries at least one candidate, however short its time.
 pub fn single_node(
     inputs: &Inputs,
+    world: &World,
     allowed: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
     kept: &mut Vec<(String, String)>,
@@ -263,7 +262,7 @@ pub fn single_node(
             ));
             continue;
         }
-        match simulate(inputs, &[c], totals) {
+        match simulate(inputs, world, &[c], totals) {
             Ok(command) => {
                 return SingleNode {
                     command: Some(command),
@@ -277,69 +276,6 @@ pub fn single_node(
         command: None,
         stopped_at,
     }
-}
-
-/// Where the candidates' pods would go without them: the solver over the rest of the cluster.
-/// The CapacityBuffer headroom that exists now must find room too (as upstream, buffer pods
-/// are pods that need a home), so a node that holds it is not taken away; placeholders the
-/// cluster has no room for even now do not stop consolidation.
-pub fn reschedule(inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
-    let headroom = buffer::housed(
-        registered_nodes(inputs.snapshot),
-        buffer::sched_pods(&inputs.snapshot.buffers),
-    );
-    let mut snap = inputs.snapshot.clone();
-    // Seen as going, the candidates' nodes are left out and their pods are placed again.
-    let going: Vec<String> = cands.iter().map(|c| c.node.name_any()).collect();
-    snap.nodes = snap
-        .nodes
-        .iter()
-        .map(|n| {
-            if !going.contains(&n.name_any()) {
-                return n.clone();
-            }
-            let mut node = n.as_ref().clone();
-            if let Some(taints) = with_disrupted_taint(&node) {
-                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
-            }
-            Arc::new(node)
-        })
-        .collect();
-    let mut built = build(&snap, inputs.types_of_class);
-    let theirs: Vec<PodKey> = cands
-        .iter()
-        .flat_map(|c| &c.pods)
-        .map(|p| PodKey {
-            namespace: p.namespace().unwrap_or_default(),
-            name: p.name_any(),
-        })
-        .collect();
-    built
-        .problem
-        .pods
-        .retain(|p| theirs.contains(&p.key) || headroom.contains(&p.key));
-    let policies = Policies {
-        keep_node_count: true,
-        ..inputs.policies
-    };
-    let plan = solve_with(&built.problem, policies);
-    if let Some(u) = plan.unschedulable.first() {
-        if buffer::is_virtual(&u.pod) {
-            return Err(format!(
-                "the headroom of CapacityBuffer {}/{} would be lost: {}",
-                u.pod.namespace,
-                buffer_name(&u.pod),
-                u.message()
-            ));
-        }
-        return Err(format!(
-            "pod {}/{} could not move: {}",
-            u.pod.namespace,
-            u.pod.name,
-            u.message()
-        ));
-    }
-    Ok(plan)
 }
 
 /// Why a move saving `saving` USD/hour by disrupting `cands` is not worth it under
@@ -376,22 +312,23 @@ fn balanced_shortfall(
 /// under `Balanced`, only when the savings are worth the disruption.
 fn simulate(
     inputs: &Inputs,
+    world: &World,
     cands: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
 ) -> Result<Command, String> {
-    let command = move_for(inputs, cands)?;
+    let command = move_for(inputs, world, cands)?;
     match balanced_shortfall(cands, command.saving, totals) {
         Some(why) => Err(why),
         None => Ok(command),
     }
 }
 
-fn move_for(inputs: &Inputs, cands: &[&Candidate]) -> Result<Command, String> {
+fn move_for(inputs: &Inputs, world: &World, cands: &[&Candidate]) -> Result<Command, String> {
     let price: f64 = cands
         .iter()
         .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))
         .sum::<Result<f64, _>>()?;
-    let plan = reschedule(inputs, cands)?;
+    let plan = world.reschedule(inputs, cands)?;
     let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();
     match plan.nodeclaims.as_slice() {
         [] => Ok(Command {

@@ -18,7 +18,7 @@ use crate::core::ami_family::image_fits;
 use crate::core::scheduling::Requirements;
 
 use super::candidates::Found;
-use super::consolidation::reschedule;
+use super::simulation::reschedule;
 use super::{Budgets, Command, Inputs, Method};
 
 fn fnv(v: &Value) -> String {

@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use kube::ResourceExt;
 
 use super::candidates::{Candidate, Found};
-use super::consolidation::reschedule;
 use super::price::claim_price;
+use super::simulation::reschedule;
 use super::{Budgets, Command, Inputs, Method};
 use crate::api::nodepool::DisruptionReason;
 use crate::core::buffer;

@@ -13,6 +13,7 @@ pub mod emptiness;
 pub mod expiration;
 pub mod price;
 pub mod repair;
+pub mod simulation;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -163,10 +164,12 @@ pub fn decide(inputs: &Inputs) -> Decision {
         .or_else(|| {
             let mut kept = Vec::new();
             let allowed = consolidation::allowed(inputs, &mut found, &budgets, &totals);
-            let command =
-                consolidation::multi_node(inputs, &allowed.together, &totals).or_else(|| {
+            let world = simulation::World::default();
+            let command = consolidation::multi_node(inputs, &world, &allowed.together, &totals)
+                .or_else(|| {
                     let single = consolidation::single_node(
                         inputs,
+                        &world,
                         &allowed.one_at_a_time,
                         &totals,
                         &mut kept,

@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::candidates::{Candidate, Found};
-use super::consolidation::reschedule;
+use super::simulation::reschedule;
 use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels::{DO_NOT_REPAIR, NODEPOOL};
 use crate::api::nodepool::DisruptionReason;
