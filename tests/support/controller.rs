@@ -29,15 +29,19 @@ pub struct Options {
     pub default_timings: bool,
 }
 
-/// The binary `cargo test --workspace` builds next to this crate's.
+/// The binary `cargo test --workspace` builds next to this crate's, or the one of the cargo
+/// profile `JOINTER_CONTROLLER_PROFILE` names (the benchmarks measure a `release` build, as
+/// users run it).
 fn binary() -> PathBuf {
     let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| testenv::repo_root().join("target"));
-    let bin = dir.join("debug/jointer-controller");
+    let profile = std::env::var("JOINTER_CONTROLLER_PROFILE").unwrap_or_else(|_| "debug".into());
+    let bin = dir.join(&profile).join("jointer-controller");
     assert!(
         bin.exists(),
-        "{} is missing: run `cargo build -p jointer-controller` (cargo test --workspace builds it)",
+        "{} is missing: run `cargo build -p jointer-controller` (cargo test --workspace builds \
+         it; `--release` for JOINTER_CONTROLLER_PROFILE=release)",
         bin.display()
     );
     bin

@@ -306,6 +306,25 @@ fn a_node_whose_pods_fit_elsewhere_is_deleted_without_a_replacement() {
 }
 
 #[test]
+fn no_pod_is_moved_onto_a_node_that_is_not_initialized_yet() {
+    // As above, but b's NodeClaim has not initialized: a waits, as upstream's would.
+    let (b_node, mut b_claim) = node("b", "big", 8, LONG_AGO, json!({}));
+    b_claim["status"]["conditions"][0]["status"] = json!("False");
+    let snap = snapshot(
+        pool(json!({"consolidateAfter": "30s"}), "720h"),
+        &[node("a", "big", 8, LONG_AGO, json!({})), (b_node, b_claim)],
+        &[pod("p1", "a", "1", json!({}))],
+    );
+    let d = run(&snap);
+    assert!(d.command.is_none(), "{:?}", d.command);
+    assert!(
+        kept_reason(&d, "claim-a").contains("would move onto b, which is not initialized yet"),
+        "{}",
+        kept_reason(&d, "claim-a")
+    );
+}
+
+#[test]
 fn several_nodes_are_consolidated_at_once_when_no_single_one_can_go() {
     // Three 4-CPU nodes with a 2.5-CPU pod each: no pod fits another node, and no single
     // node has a cheaper replacement; all three fit one 8-CPU node at $0.4 < 3 × $0.2.

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use super::candidates::Candidate;
 use super::Inputs;
+use crate::api::conditions::{is_true, INITIALIZED};
 use crate::core::buffer::{self, buffer_name};
 use crate::core::scheduling::{solve_with, Plan, Policies, Problem, SchedPod};
 use crate::core::state::{build, registered_nodes};
@@ -32,6 +33,8 @@ struct Built {
     /// that holds headroom is not taken away; placeholders the cluster has no room for even
     /// now do not stop consolidation.
     headroom: Vec<SchedPod>,
+    /// The nodes and in-flight NodeClaims of NodeClaims not initialized yet.
+    uninitialized: HashSet<String>,
 }
 
 impl Built {
@@ -43,15 +46,41 @@ impl Built {
             .into_iter()
             .filter(|p| housed.contains(&p.key))
             .collect();
-        Built { base, headroom }
+        Built {
+            base,
+            headroom,
+            uninitialized: uninitialized(inputs),
+        }
     }
+}
+
+/// The names a NodeClaim that is not initialized yet goes by in the problem: its own while
+/// in flight, its node's once registered.
+fn uninitialized(inputs: &Inputs) -> HashSet<String> {
+    inputs
+        .snapshot
+        .nodeclaims
+        .iter()
+        .filter(|c| {
+            let conditions = c.status.as_ref().map(|s| s.conditions.as_slice());
+            !is_true(conditions.unwrap_or_default(), INITIALIZED)
+        })
+        .flat_map(|c| {
+            let node = c.status.as_ref().and_then(|s| s.node_name.clone());
+            std::iter::once(c.name_any()).chain(node)
+        })
+        .collect()
 }
 
 impl World {
     /// Where the candidates' pods would go with their nodes gone (seen as going: left out,
     /// their pods placed again), or why some pod could not go anywhere.
     pub fn reschedule(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
-        let Built { base, headroom } = self.built.get_or_init(|| Built::new(inputs));
+        let Built {
+            base,
+            headroom,
+            uninitialized,
+        } = self.built.get_or_init(|| Built::new(inputs));
         let going: HashSet<String> = cands.iter().map(|c| c.node.name_any()).collect();
         let problem = Problem {
             pools: base.pools.clone(),
@@ -87,6 +116,19 @@ impl World {
                 u.pod.namespace,
                 u.pod.name,
                 u.message()
+            ));
+        }
+        // As upstream: a node still initializing may never become ready for pods (or not in
+        // time), so no disruption counts on one; it waits until the node is initialized.
+        if let Some((node, pods)) = plan
+            .existing
+            .iter()
+            .find(|(node, pods)| !pods.is_empty() && uninitialized.contains(*node))
+        {
+            return Err(format!(
+                "{} would move onto {node}, which is not initialized yet",
+                pods.first()
+                    .map_or_else(String::new, |p| format!("pod {p}"))
             ));
         }
         Ok(plan)
