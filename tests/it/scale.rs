@@ -53,6 +53,8 @@ const APART: i32 = 20;
 struct Poll {
     created: i32,
     not_running: usize,
+    /// Pods deleted but not gone yet (phase Running all the same).
+    terminating: usize,
     claims: Vec<DynamicObject>,
 }
 
@@ -82,6 +84,14 @@ async fn poll(admin: &kube::Client, ns: &str) -> Option<Poll> {
         .ok()?
         .items
         .len();
+    let terminating = pods
+        .list_metadata(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .count();
     let claims = nodeclaims(admin)
         .list(&ListParams::default())
         .await
@@ -93,6 +103,7 @@ async fn poll(admin: &kube::Client, ns: &str) -> Option<Poll> {
     Some(Poll {
         created,
         not_running,
+        terminating,
         claims,
     })
 }
@@ -414,7 +425,8 @@ fn world_memory() -> String {
 }
 
 /// Half of every Deployment goes; until the nodes settle (nothing changed for a minute,
-/// nothing going, every pod Running). Prints the figures; the settled NodeClaims.
+/// nothing going, every pod Running; the minute starts once the removed pods are gone, which
+/// at a thousand nodes takes the test world minutes). Prints the figures; the settled NodeClaims.
 async fn consolidate(b: &Bench<'_>, up: &Up) -> Vec<DynamicObject> {
     testenv::clear_calls();
     let controller = b.controller();
@@ -439,7 +451,7 @@ async fn consolidate(b: &Bench<'_>, up: &Up) -> Vec<DynamicObject> {
                 .claims
                 .iter()
                 .any(|c| c.metadata.deletion_timestamp.is_some());
-            if p.claims.len() != count || deleting {
+            if p.claims.len() != count || deleting || p.terminating > 0 {
                 count = p.claims.len();
                 changed_at = now;
             }

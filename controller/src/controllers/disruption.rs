@@ -124,7 +124,7 @@ async fn with_inputs<T>(
         }
     };
     let (types_of_pool, _) = types_of_pools(&snapshot, &types_of_class);
-    Some(f(&Inputs {
+    let inputs = Inputs {
         snapshot: &snapshot,
         types_of_class: &types_of_class,
         types_of_pool: &types_of_pool,
@@ -135,7 +135,9 @@ async fn with_inputs<T>(
         nominated: &ctx.nominations.active(Instant::now()),
         policies: ctx.settings.policies(),
         timeouts: ctx.settings.consolidation_timeouts(),
-    }))
+    };
+    // Up to the consolidation timeouts (minutes) of simulations: off the async workers' turn.
+    Some(crate::runtime::compute(|| f(&inputs)))
 }
 
 async fn event(ctx: &Context, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {

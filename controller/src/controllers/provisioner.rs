@@ -149,7 +149,7 @@ async fn provision(
     };
     let built = build(&snap, &types_of_class);
     let started = Instant::now();
-    let plan = solve_with(&built.problem, ctx.settings.policies());
+    let plan = crate::runtime::compute(|| solve_with(&built.problem, ctx.settings.policies()));
     let solve_time = started.elapsed();
     ctx.metrics.solve_duration.observe(solve_time.as_secs_f64());
     // A node that joins for pending pods looks empty until kube-scheduler binds them: the

@@ -41,3 +41,14 @@ pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future
         controllers::interruption::run(ctx),
     );
 }
+
+/// Runs CPU-bound core work (a disruption decision over a thousand nodes takes seconds) so it
+/// holds up no other controller: on the multi-threaded runtime the worker hands its other
+/// tasks to another thread meanwhile; elsewhere (a single-threaded test runtime) it just runs.
+pub fn compute<T>(f: impl FnOnce() -> T) -> T {
+    let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+    match flavor {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
