@@ -125,10 +125,10 @@ impl World {
             .iter()
             .find(|(node, pods)| !pods.is_empty() && uninitialized.contains(*node))
         {
+            // `pods` is not empty: the search above asks for that.
             return Err(format!(
-                "{} would move onto {node}, which is not initialized yet",
-                pods.first()
-                    .map_or_else(String::new, |p| format!("pod {p}"))
+                "pod {} would move onto {node}, which is not initialized yet",
+                pods[0]
             ));
         }
         Ok(plan)
