@@ -25,20 +25,36 @@ use crate::controllers;
 
 /// Runs every controller over `ctx` (and the watch caches feeding it) until the process
 /// stops. The controller tests call this with the simulated cloud.
+///
+/// The provisioner and disruption loops get tasks of their own: a decision over a thousand
+/// nodes takes seconds of CPU, and in one joined task it would hold up launches and the
+/// lifecycle meanwhile. The tasks are aborted when this future is dropped (a lost Lease, a
+/// crash in the tests), so no controller outlives the leader that ran it.
 pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future<Output = ()>) {
+    let mut own = tokio::task::JoinSet::new();
+    own.spawn(controllers::provisioner::run(ctx.clone()));
+    own.spawn(controllers::disruption::run(ctx.clone()));
     tokio::join!(
         caches,
         controllers::nodeclass::run(ctx.clone()),
         controllers::garbage::run(ctx.clone()),
-        controllers::provisioner::run(ctx.clone()),
         controllers::nodeclaim::run(ctx.clone()),
         controllers::pool_status::run(ctx.clone()),
         controllers::static_pool::run(ctx.clone()),
         controllers::overlay_status::run(ctx.clone()),
         controllers::buffer_status::run(ctx.clone()),
         controllers::pod_events::run(ctx.clone()),
-        controllers::disruption::run(ctx.clone()),
         controllers::interruption::run(ctx),
+        async {
+            // A panic there ends this future like one here (the process then gives up the Lease).
+            while let Some(done) = own.join_next().await {
+                if let Err(e) = done {
+                    if e.is_panic() {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                }
+            }
+        },
     );
 }
 

@@ -50,6 +50,8 @@ pub struct Stores {
     pub pdbs: Store<PodDisruptionBudget>,
     pub nodeoverlays: Store<NodeOverlay>,
     pub buffers: BufferStores,
+    /// Set once every cache has its first list; see [`Stores::ready`].
+    synced: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// CapacityBuffers and what they are resolved from.
@@ -128,13 +130,20 @@ impl Stores {
                     replicasets,
                     statefulsets,
                 },
+                synced: Default::default(),
             },
             run,
         )
     }
 
-    /// Waits until every cache has its first full list.
+    /// Waits until every cache has its first full list. Any number of tasks may wait: one of
+    /// them waits on the caches for all. (A kube `Store`'s readiness wakes only the task that
+    /// polled it last, so controllers on tasks of their own could wait on it forever.)
     pub async fn ready(&self) {
+        self.synced.get_or_init(|| self.first_lists()).await;
+    }
+
+    async fn first_lists(&self) {
         let _ = tokio::join!(
             self.pods.wait_until_ready(),
             self.nodes.wait_until_ready(),

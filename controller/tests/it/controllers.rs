@@ -112,6 +112,9 @@ impl Scene {
         tune: impl FnOnce(&mut Settings),
     ) -> Scene {
         testenv::require();
+        if let Ok(filter) = std::env::var("SCENE_LOG") {
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+        }
         let client = testenv::kube().await;
         install_crds(&client).await;
         remove_leftovers(&client).await;
