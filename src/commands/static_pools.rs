@@ -18,7 +18,7 @@ use jointer_controller::core::static_pool;
 #[derive(Default)]
 pub struct StaticNodes {
     pub plans: Vec<NodeClaimPlan>,
-    pub existing: Vec<ExistingNode>,
+    pub existing: Vec<std::sync::Arc<ExistingNode>>,
 }
 
 /// The nodes a static pool keeps, or why it cannot have them: what the controller would
@@ -68,7 +68,7 @@ pub fn launch(pool: &PoolInput, replicas: i64, out: &mut StaticNodes) -> Result<
     plan.requirements = Requirements::from_labels(&node_labels);
     for i in 0..count {
         let hostname = format!("{}-static-{i}", pool.name);
-        out.existing.push(ExistingNode {
+        out.existing.push(std::sync::Arc::new(ExistingNode {
             name: hostname.clone(),
             pool: Some(pool.name.clone()),
             labels: node_labels.clone(),
@@ -76,7 +76,8 @@ pub fn launch(pool: &PoolInput, replicas: i64, out: &mut StaticNodes) -> Result<
             allocatable: instance_type.allocatable,
             requested: pool.daemon_overhead,
             pods: Vec::new(),
-        });
+            label_requirements: Default::default(),
+        }));
         out.plans.push(NodeClaimPlan {
             hostname,
             ..plan.clone()

@@ -102,6 +102,7 @@ fn pool(name: &str, instance_types: Vec<Arc<InstanceType>>) -> PoolInput {
         in_use: Resources::ZERO,
         nodes_in_use: 0,
         replicas: None,
+        admitted: Default::default(),
     }
 }
 

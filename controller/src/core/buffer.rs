@@ -304,7 +304,7 @@ pub fn housed(existing: Vec<ExistingNode>, pods: Vec<SchedPod>) -> BTreeSet<PodK
     }
     let plan = solve(&Problem {
         pools: Vec::new(),
-        existing,
+        existing: existing.into_iter().map(Arc::new).collect(),
         pods,
     });
     plan.existing.into_values().flatten().collect()
@@ -506,6 +506,7 @@ mod tests {
             },
             requested: Resources::ZERO,
             pods: Vec::new(),
+            label_requirements: Default::default(),
         };
         // 2.5 CPUs free hold two 1-CPU chunks; the third needs a node.
         assert_eq!(housed(vec![node], pods).len(), 2);

@@ -239,6 +239,7 @@ mod tests {
             },
             requested: Resources::ZERO,
             pods: Vec::new(),
+            label_requirements: Default::default(),
         }
     }
 

@@ -238,8 +238,11 @@ pub fn build(
     types_of_class: &HashMap<String, Vec<Arc<InstanceType>>>,
 ) -> Built {
     let (pools, skipped) = pool_inputs(snapshot, types_of_class);
-    let mut existing = registered_nodes(snapshot);
-    existing.extend(in_flight(snapshot, &pools));
+    let existing: Vec<Arc<ExistingNode>> = registered_nodes(snapshot)
+        .into_iter()
+        .chain(in_flight(snapshot, &pools))
+        .map(Arc::new)
+        .collect();
     // Pods may land on a static pool's nodes, but never make it grow.
     let pools = pools.into_iter().filter(|p| p.replicas.is_none()).collect();
     let mut pods: Vec<SchedPod> = pods_to_place(snapshot)
@@ -379,6 +382,7 @@ pub fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
             pods,
             labels,
             name,
+            label_requirements: Default::default(),
         });
     }
     existing
@@ -436,6 +440,7 @@ fn in_flight(snapshot: &Snapshot, pools: &[PoolInput]) -> Vec<ExistingNode> {
             allocatable: claim_allocatable(claim, &types),
             requested: Resources::ZERO,
             pods: Vec::new(),
+            label_requirements: Default::default(),
         });
     }
     existing
@@ -481,8 +486,8 @@ mod tests {
         build(snapshot, &HashMap::new())
             .problem
             .existing
-            .into_iter()
-            .map(|e| e.name)
+            .iter()
+            .map(|e| e.name.clone())
             .collect()
     }
 

@@ -149,6 +149,7 @@ mod tests {
             in_use: Resources::ZERO,
             nodes_in_use: 0,
             replicas: Some(replicas),
+            admitted: Default::default(),
         }
     }
 

@@ -78,6 +78,7 @@ fn pool(name: &str) -> PoolInput {
         in_use: Resources::ZERO,
         nodes_in_use: 0,
         replicas: None,
+        admitted: Default::default(),
     }
 }
 
@@ -138,10 +139,11 @@ fn existing_nodes_are_filled_before_new_ones() {
             ..Resources::ZERO
         },
         pods: vec![],
+        label_requirements: Default::default(),
     };
     let problem = Problem {
         pools: vec![pool("default")],
-        existing: vec![node],
+        existing: vec![node.into()],
         pods: vec![pod("fits", 1000, 1), pod("too-big", 2000, 1)],
     };
     let plan = solved(&problem);
@@ -681,6 +683,7 @@ fn zone_node(zone: &str) -> ExistingNode {
         },
         requested: Resources::ZERO,
         pods: vec![],
+        label_requirements: Default::default(),
     }
 }
 
@@ -733,7 +736,9 @@ fn on_zones(problem: &Problem, placed: &[(&str, &[&str])]) -> Plan {
 fn three_zones(pods: Vec<SchedPod>) -> Problem {
     Problem {
         pools: vec![],
-        existing: ["zone-a", "zone-b", "zone-c"].map(zone_node).into(),
+        existing: ["zone-a", "zone-b", "zone-c"]
+            .map(|z| zone_node(z).into())
+            .into(),
         pods,
     }
 }

@@ -254,6 +254,7 @@ fn make_pool(i: usize, spec: &PoolSpec) -> PoolInput {
         in_use: Resources::ZERO,
         nodes_in_use: 0,
         replicas: None,
+        admitted: Default::default(),
     }
 }
 
@@ -279,6 +280,7 @@ fn existing_node(i: usize, zone: usize, free_cpu: i64) -> ExistingNode {
             ..Resources::ZERO
         },
         pods: vec![],
+        label_requirements: Default::default(),
     }
 }
 
@@ -295,7 +297,7 @@ fn problem() -> impl Strategy<Value = Problem> {
         existing: existing
             .iter()
             .enumerate()
-            .map(|(i, (z, free))| existing_node(i, *z, *free))
+            .map(|(i, (z, free))| existing_node(i, *z, *free).into())
             .collect(),
         pods: pods
             .iter()
@@ -390,6 +392,7 @@ fn small_packing() -> impl Strategy<Value = Problem> {
                 in_use: Resources::ZERO,
                 nodes_in_use: 0,
                 replicas: None,
+                admitted: Default::default(),
             }],
             existing: vec![],
             pods,

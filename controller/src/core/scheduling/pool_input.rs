@@ -65,5 +65,6 @@ pub fn pool_input(
         in_use: Resources::ZERO,
         nodes_in_use: 0,
         replicas: pool.spec.replicas,
+        admitted: Default::default(),
     }
 }

@@ -1,12 +1,12 @@
 //! The solver's input and output, as plain data.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::instance_type::{CapacityType, InstanceType, Offering};
 use super::pod::{PodKey, SchedPod};
-use super::requirements::Requirements;
+use super::requirements::{type_satisfies, Requirements};
 use super::resources::{format_amount, Resources};
 use super::topology::TopologyRejection;
 use crate::api::Taint;
@@ -40,6 +40,47 @@ pub struct PoolInput {
     /// A static pool's node count (`spec.replicas`): it is kept at that count, not
     /// provisioned for pods.
     pub replicas: Option<i64>,
+    /// [`PoolInput::admitted`], made at first use and kept (a clone keeps it too): every
+    /// simulation of a disruption pass solves over the same pools. Leave it
+    /// `Default::default()`.
+    pub admitted: OnceLock<AdmittedTypes>,
+}
+
+/// The instance types a node of a pool can be: they satisfy its requirements and have an
+/// offering it allows.
+#[derive(Debug, Clone)]
+pub struct AdmittedTypes {
+    /// Cheapest (allowed) offering first; ties by name, for determinism.
+    pub types: Vec<Arc<InstanceType>>,
+    /// Label keys the types define (so a pod may require them).
+    pub keys: HashSet<String>,
+}
+
+impl PoolInput {
+    pub fn admitted(&self) -> &AdmittedTypes {
+        self.admitted.get_or_init(|| {
+            let provided: HashSet<String> = self
+                .instance_types
+                .iter()
+                .flat_map(|t| t.requirements.iter().map(|(k, _)| k.clone()))
+                .collect();
+            let mut types: Vec<(f64, &Arc<InstanceType>)> = self
+                .instance_types
+                .iter()
+                .filter(|t| type_satisfies(&t.requirements, &self.requirements, &provided))
+                .filter_map(|t| t.cheapest(&self.requirements).map(|o| (o.price, t)))
+                .collect();
+            types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+            let keys = types
+                .iter()
+                .flat_map(|(_, t)| t.requirements.iter().map(|(k, _)| k.clone()))
+                .collect();
+            AdmittedTypes {
+                types: types.into_iter().map(|(_, t)| t.clone()).collect(),
+                keys,
+            }
+        })
+    }
 }
 
 /// A node that exists (or a NodeClaim in flight), with what is already on it.
@@ -53,6 +94,18 @@ pub struct ExistingNode {
     /// Requests of the pods already bound (DaemonSets included).
     pub requested: Resources,
     pub pods: Vec<SchedPod>,
+    /// `labels` as requirements, made at first use ([`ExistingNode::requirements`]) and kept:
+    /// the same node is solved over again in every simulation of a disruption pass. Leave it
+    /// `Default::default()`.
+    pub label_requirements: OnceLock<Requirements>,
+}
+
+impl ExistingNode {
+    /// What the node offers a pod's node selector and affinity: its labels.
+    pub fn requirements(&self) -> &Requirements {
+        self.label_requirements
+            .get_or_init(|| Requirements::from_labels(&self.labels))
+    }
 }
 
 /// What `MIN_VALUES_POLICY` and `PREFERENCE_POLICY` choose (upstream's settings).
@@ -92,7 +145,9 @@ pub enum PreferencePolicy {
 #[derive(Debug, Clone, Default)]
 pub struct Problem {
     pub pools: Vec<PoolInput>,
-    pub existing: Vec<ExistingNode>,
+    /// Shared: a disruption simulation leaves some nodes out of the same cluster many times a
+    /// pass, and copying a thousand nodes with their pods each time was most of its cost.
+    pub existing: Vec<Arc<ExistingNode>>,
     pub pods: Vec<SchedPod>,
 }
 

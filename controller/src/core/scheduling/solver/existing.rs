@@ -48,7 +48,7 @@ impl Solver<'_> {
             return Err(Rejection::HostPort(port));
         }
         if let Some(req) = &attempt.requirements {
-            if let Some((key, r)) = req.unsatisfied_on(&existing.requirements) {
+            if let Some((key, r)) = req.unsatisfied_on(existing.requirements) {
                 return Err(Rejection::MissingLabel {
                     key: key.to_string(),
                     pod: r.to_string(),

@@ -23,7 +23,7 @@ use super::pod::SchedPod;
 use super::problem::{
     ExistingNode, NodeClaimPlan, Plan, Policies, PoolInput, Problem, Rejection, Unschedulable,
 };
-use super::requirements::{type_satisfies, Requirements};
+use super::requirements::Requirements;
 use super::resources::Resources;
 use super::topology::{ActiveTerms, DomainSource, Placement, PodRules, Topology};
 
@@ -50,9 +50,9 @@ struct Attempt {
 struct PoolState<'a> {
     input: &'a PoolInput,
     /// Instance types, cheapest first.
-    types: Vec<Arc<InstanceType>>,
+    types: &'a [Arc<InstanceType>],
     /// Label keys the instance types define (so a pod may require them).
-    type_keys: HashSet<String>,
+    type_keys: &'a HashSet<String>,
     /// Types whose price per unit of this workload's resource mix is near the best: new
     /// NodeClaims start from these, so big nodes are not built on poor-value types.
     efficient: Vec<u32>,
@@ -81,7 +81,7 @@ struct Candidate {
 
 struct Existing<'a> {
     node: &'a ExistingNode,
-    requirements: Requirements,
+    requirements: &'a Requirements,
     free: Resources,
     pods: Vec<usize>,
     ports: Vec<(String, String, i32)>,
@@ -115,28 +115,10 @@ impl<'a> Solver<'a> {
             .pools
             .iter()
             .map(|input| {
-                let provided: HashSet<String> = input
-                    .instance_types
-                    .iter()
-                    .flat_map(|t| t.requirements.iter().map(|(k, _)| k.clone()))
-                    .collect();
-                let mut types: Vec<(f64, Arc<InstanceType>)> = input
-                    .instance_types
-                    .iter()
-                    .filter(|t| type_satisfies(&t.requirements, &input.requirements, &provided))
-                    .filter_map(|t| {
-                        t.cheapest(&input.requirements)
-                            .map(|o| (o.price, t.clone()))
-                    })
-                    .collect();
-                types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-                let type_keys = types
-                    .iter()
-                    .flat_map(|(_, t)| t.requirements.iter().map(|(k, _)| k.clone()))
-                    .collect();
-                let types: Vec<Arc<InstanceType>> = types.into_iter().map(|(_, t)| t).collect();
+                let admitted = input.admitted();
+                let types = &admitted.types;
                 let efficient = efficient_types(
-                    &types,
+                    types,
                     &input.requirements,
                     &problem.pods,
                     input.daemon_overhead,
@@ -144,7 +126,7 @@ impl<'a> Solver<'a> {
                 PoolState {
                     input,
                     types,
-                    type_keys,
+                    type_keys: &admitted.keys,
                     efficient,
                     reserved: Resources::ZERO,
                     planned: 0,
@@ -164,13 +146,13 @@ impl<'a> Solver<'a> {
             .iter()
             .map(|node| Existing {
                 node,
-                requirements: Requirements::from_labels(&node.labels),
+                requirements: node.requirements(),
                 free: node.allocatable - node.requested,
                 pods: Vec::new(),
                 ports: node
                     .pods
                     .iter()
-                    .flat_map(|p| p.host_ports.clone())
+                    .flat_map(|p| p.host_ports.iter().cloned())
                     .collect(),
             })
             .collect();
@@ -216,7 +198,7 @@ impl<'a> Solver<'a> {
                 e.node
                     .pods
                     .iter()
-                    .map(move |p| (p, &e.requirements, e.node.name.as_str()))
+                    .map(move |p| (p, e.requirements, e.node.name.as_str()))
             })
             .collect();
         let topology = Topology::new(&problem.pods, &running, universe);
