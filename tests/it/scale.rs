@@ -53,12 +53,13 @@ const APART: i32 = 20;
 struct Poll {
     created: i32,
     not_running: usize,
-    /// Pods deleted but not gone yet (phase Running all the same).
+    /// Pods deleted but not gone yet (phase Running all the same); counted only when asked
+    /// for (listing every pod every 2 s is load on a world already short of CPU).
     terminating: usize,
     claims: Vec<DynamicObject>,
 }
 
-async fn poll(admin: &kube::Client, ns: &str) -> Option<Poll> {
+async fn poll(admin: &kube::Client, ns: &str, count_terminating: bool) -> Option<Poll> {
     let world = |c: &DynamicObject| {
         c.metadata
             .labels
@@ -84,14 +85,17 @@ async fn poll(admin: &kube::Client, ns: &str) -> Option<Poll> {
         .ok()?
         .items
         .len();
-    let terminating = pods
-        .list_metadata(&ListParams::default())
-        .await
-        .ok()?
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_some())
-        .count();
+    let terminating = if count_terminating {
+        pods.list_metadata(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .count()
+    } else {
+        0
+    };
     let claims = nodeclaims(admin)
         .list(&ListParams::default())
         .await
@@ -266,13 +270,14 @@ impl<'a> Bench<'a> {
         what: &str,
         since: Instant,
         limit: f64,
+        count_terminating: bool,
         mut done: impl FnMut(Poll, f64) -> Option<T>,
     ) -> T {
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
             let now = since.elapsed().as_secs_f64();
             assert!(now < limit, "{what} did not happen in {limit:.0} s");
-            if let Some(p) = poll(&self.admin, &self.scene.ns).await {
+            if let Some(p) = poll(&self.admin, &self.scene.ns, count_terminating).await {
                 if let Some(v) = done(p, now) {
                     return v;
                 }
@@ -331,7 +336,7 @@ async fn scale_up(b: &mut Bench<'_>, total: u32) -> Up {
     let cpu0 = b.controller().cpu_seconds().unwrap_or(0.0);
     let (mut created_at, mut last_claim_at, mut claims_seen) = (None, 0.0, 0);
     let (claims, running_at) = b
-        .watch("the scale-up", t0, 3600.0, |p, now| {
+        .watch("the scale-up", t0, 3600.0, false, |p, now| {
             if p.created >= wanted && created_at.is_none() {
                 created_at = Some(now);
             }
@@ -446,7 +451,7 @@ async fn consolidate(b: &Bench<'_>, up: &Up) -> Vec<DynamicObject> {
     let nodes_up = up.claims.len();
     let (mut count, mut changed_at) = (nodes_up, 0.0);
     let settled = b
-        .watch("consolidation settling", t1, 3600.0, |p, now| {
+        .watch("consolidation settling", t1, 3600.0, true, |p, now| {
             let deleting = p
                 .claims
                 .iter()
@@ -528,26 +533,32 @@ async fn interrupt(b: &Bench<'_>, claims: &[DynamicObject], at_most: usize) -> u
     let mut last_registered = 0.0;
     let mut registered = std::collections::BTreeSet::new();
     let interrupted_running = b
-        .watch("replacing the interrupted nodes", t2, 1800.0, |p, now| {
-            for c in &p.claims {
-                let name = c.metadata.name.clone().unwrap_or_default();
-                if condition(c, "Registered")
-                    && !claims
-                        .iter()
-                        .any(|o| o.metadata.name.as_deref() == Some(&name))
-                    && registered.insert(name)
-                {
-                    last_registered = now;
+        .watch(
+            "replacing the interrupted nodes",
+            t2,
+            1800.0,
+            false,
+            |p, now| {
+                for c in &p.claims {
+                    let name = c.metadata.name.clone().unwrap_or_default();
+                    if condition(c, "Registered")
+                        && !claims
+                            .iter()
+                            .any(|o| o.metadata.name.as_deref() == Some(&name))
+                        && registered.insert(name)
+                    {
+                        last_registered = now;
+                    }
                 }
-            }
-            let gone = !p.claims.iter().any(|c| {
-                c.metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|n| warned_names.contains(n))
-            });
-            (gone && p.not_running == 0).then_some(now)
-        })
+                let gone = !p.claims.iter().any(|c| {
+                    c.metadata
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| warned_names.contains(n))
+                });
+                (gone && p.not_running == 0).then_some(now)
+            },
+        )
         .await;
     eprintln!(
         "  {} interruption warnings at once ({spot} of them spot nodes): every warned node gone and \
@@ -572,7 +583,7 @@ async fn held_by_limit(b: &mut Bench<'_>, total: u32) -> bool {
         .expect("limit the general pool");
     let solve = "jointer_controller_scheduling_solve_seconds";
     let (count0, sum0) = histogram_totals(b.controller(), solve);
-    let claims_before = poll(&b.admin, &b.scene.ns)
+    let claims_before = poll(&b.admin, &b.scene.ns, false)
         .await
         .map(|p| p.claims.len())
         .unwrap_or(0);
@@ -581,7 +592,7 @@ async fn held_by_limit(b: &mut Bench<'_>, total: u32) -> bool {
     tokio::time::sleep(Duration::from_secs(90)).await;
     let (count1, sum1) = histogram_totals(b.controller(), solve);
     let passes = count1 - count0;
-    let claims_after = poll(&b.admin, &b.scene.ns)
+    let claims_after = poll(&b.admin, &b.scene.ns, false)
         .await
         .map(|p| p.claims.len())
         .unwrap_or(0);
@@ -644,7 +655,7 @@ async fn two_hundred_nodes() {
         .filter(|(_, ids)| ids.len() > 1)
         .collect();
     assert!(twice.is_empty(), "NodeClaims launched twice: {twice:?}");
-    let nodes = poll(&b.admin, &b.scene.ns)
+    let nodes = poll(&b.admin, &b.scene.ns, false)
         .await
         .map(|p| p.claims.len())
         .unwrap_or(0);
