@@ -125,6 +125,7 @@ pub async fn run(ctx: Arc<Context>) {
         {
             continue;
         }
+        tracing::debug!(pending = pending.len(), "provisioning pass");
         solved = Some((pending, Instant::now()));
         if let Err(e) = provision(&ctx, &mut events).await {
             tracing::error!(error = %e, "provisioning failed; retrying");

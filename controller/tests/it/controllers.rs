@@ -873,7 +873,11 @@ async fn instances_launched_during_a_slow_listing_are_not_collected() {
             .await;
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    let nodes = running_on(&s, "steady", 6).await;
+    // One by one: a timeout then says where the pod got stuck.
+    let mut nodes = BTreeSet::new();
+    for i in 0..6 {
+        nodes.insert(s.running(&format!("steady-{i}")).await);
+    }
     // Two more listings, each of which sees every launch.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let launched = s.sim.instances();
