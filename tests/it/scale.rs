@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
 use serde_json::json;
 
 use super::provisioning::{
@@ -449,20 +450,48 @@ async fn consolidate(b: &Bench<'_>, up: &Up) -> Vec<DynamicObject> {
             .expect("scale down");
     }
     let nodes_up = up.claims.len();
+    // A consolidation that never settles (nodes deleted and launched again, see the README's
+    // churn) must not hold the later phases back: past this many seconds the run goes on.
+    let limit: f64 = env_number("SCALE_SETTLE_LIMIT", 1800.0);
+    let names = |claims: &[DynamicObject]| -> std::collections::BTreeSet<String> {
+        claims.iter().map(|c| c.name_any()).collect()
+    };
+    let mut seen = names(&up.claims);
+    let (mut deleted, mut created) = (0, 0);
     let (mut count, mut changed_at) = (nodes_up, 0.0);
-    let settled = b
-        .watch("consolidation settling", t1, 3600.0, true, |p, now| {
-            let deleting = p
-                .claims
-                .iter()
-                .any(|c| c.metadata.deletion_timestamp.is_some());
-            if p.claims.len() != count || deleting || p.terminating > 0 {
-                count = p.claims.len();
-                changed_at = now;
-            }
-            (now - changed_at > 60.0 && p.not_running == 0).then_some(p.claims)
-        })
+    let (settled, did_settle) = b
+        .watch(
+            "consolidation settling",
+            t1,
+            limit + 600.0,
+            true,
+            |p, now| {
+                let now_names = names(&p.claims);
+                deleted += seen.difference(&now_names).count();
+                created += now_names.difference(&seen).count();
+                seen = now_names;
+                let deleting = p
+                    .claims
+                    .iter()
+                    .any(|c| c.metadata.deletion_timestamp.is_some());
+                if p.claims.len() != count || deleting || p.terminating > 0 {
+                    count = p.claims.len();
+                    changed_at = now;
+                }
+                if now - changed_at > 60.0 && p.not_running == 0 {
+                    Some((p.claims, true))
+                } else {
+                    (now > limit && !deleting).then_some((p.claims, false))
+                }
+            },
+        )
         .await;
+    if !did_settle {
+        eprintln!(
+            "  consolidation did NOT settle in {limit:.0} s (SCALE_SETTLE_LIMIT): {deleted} NodeClaims \
+             deleted and {created} created since the scale-down; the figures below are at the limit"
+        );
+    }
     let down_calls = testenv::calls().len();
     let down_cpu = controller.cpu_seconds().unwrap_or(0.0) - cpu1;
     let (decision_max, _) = histogram(controller, "jointer_controller_disruption_decision_seconds");
