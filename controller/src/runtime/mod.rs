@@ -48,10 +48,9 @@ pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future
         async {
             // A panic there ends this future like one here (the process then gives up the Lease).
             while let Some(done) = own.join_next().await {
-                if let Err(e) = done {
-                    if e.is_panic() {
-                        std::panic::resume_unwind(e.into_panic());
-                    }
+                match done {
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    _ => {}
                 }
             }
         },
