@@ -170,7 +170,7 @@ impl Settings {
         Policies {
             min_values: self.min_values_policy,
             preferences: self.preference_policy,
-            keep_node_count: false,
+            ..Policies::default()
         }
     }
 

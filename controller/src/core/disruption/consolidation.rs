@@ -331,7 +331,7 @@ fn move_for(inputs: &Inputs, world: &World, cands: &[&Candidate]) -> Result<Comm
     let plan = world.reschedule(inputs, cands)?;
     let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();
     match plan.nodeclaims.as_slice() {
-        [] => Ok(Command {
+        [] => world.binds_all(inputs, cands).map(|()| Command {
             method: Method::Underutilized,
             candidates: names,
             replacements: Vec::new(),

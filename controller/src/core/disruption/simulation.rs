@@ -15,7 +15,9 @@ use super::candidates::Candidate;
 use super::Inputs;
 use crate::api::conditions::{is_true, INITIALIZED};
 use crate::core::buffer::{self, buffer_name};
-use crate::core::scheduling::{solve_with, Plan, Policies, Problem, SchedPod};
+use crate::core::scheduling::{
+    solve_with, Plan, PodOrder, Policies, Problem, SchedPod, Unschedulable,
+};
 use crate::core::state::{build, registered_nodes};
 
 /// The cluster one pass simulates against, built at its first simulation (so every
@@ -80,15 +82,64 @@ impl World {
     /// Where the candidates' pods would go with their nodes gone (seen as going: left out,
     /// their pods placed again), or why some pod could not go anywhere.
     pub fn reschedule(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
-        let Built {
-            base,
-            headroom,
-            uninitialized,
-        } = self.built.get_or_init(|| Built::new(inputs));
+        let (built, problem) = self.without(inputs, cands);
+        let policies = Policies {
+            keep_node_count: true,
+            ..inputs.policies
+        };
+        let plan = solve_with(&problem, policies);
+        if let Some(u) = plan.unschedulable.first() {
+            return Err(could_not_move(u));
+        }
+        // As upstream: a node still initializing may never become ready for pods (or not in
+        // time), so no disruption counts on one; it waits until the node is initialized.
+        if let Some((node, pods)) = plan
+            .existing
+            .iter()
+            .find(|(node, pods)| !pods.is_empty() && built.uninitialized.contains(*node))
+        {
+            // `pods` is not empty: the search above asks for that.
+            return Err(format!(
+                "pod {} would move onto {node}, which is not initialized yet",
+                pods[0]
+            ));
+        }
+        Ok(plan)
+    }
+
+    /// Whether the candidates' pods still all find room on the remaining nodes when
+    /// kube-scheduler binds them, not the plan: it sends each evicted pod to the least
+    /// allocated node, so small pods can take the room the plan kept for a big one, which
+    /// then waits for a new node — and the next pass finds that node underused again, a loop
+    /// that deletes and buys a node a minute (aws/karpenter-provider-aws#3921). Checked for
+    /// the order worst for the big pods ([`PodOrder::KubeScheduler`]).
+    pub fn binds_all(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<(), String> {
+        let (_, problem) = self.without(inputs, cands);
+        let problem = Problem {
+            pools: Vec::new(),
+            ..problem
+        };
+        let policies = Policies {
+            order: PodOrder::KubeScheduler,
+            ..inputs.policies
+        };
+        match solve_with(&problem, policies).unschedulable.first() {
+            None => Ok(()),
+            Some(u) => Err(format!(
+                "its pods fit the other nodes only as planned: bound by kube-scheduler (each on the least allocated node, smallest first), {} would find no room and wait for a new node",
+                whose(u)
+            )),
+        }
+    }
+
+    /// The cluster without the candidates' nodes, their pods (and the headroom) to place.
+    fn without(&self, inputs: &Inputs, cands: &[&Candidate]) -> (&Built, Problem) {
+        let built = self.built.get_or_init(|| Built::new(inputs));
         let going: HashSet<String> = cands.iter().map(|c| c.node.name_any()).collect();
         let problem = Problem {
-            pools: base.pools.clone(),
-            existing: base
+            pools: built.base.pools.clone(),
+            existing: built
+                .base
                 .existing
                 .iter()
                 .filter(|n| !going.contains(&n.name))
@@ -98,44 +149,25 @@ impl World {
                 .iter()
                 .flat_map(|c| &c.pods)
                 .map(|p| SchedPod::from_k8s(p, None))
-                .chain(headroom.iter().cloned())
+                .chain(built.headroom.iter().cloned())
                 .collect(),
         };
-        let policies = Policies {
-            keep_node_count: true,
-            ..inputs.policies
-        };
-        let plan = solve_with(&problem, policies);
-        if let Some(u) = plan.unschedulable.first() {
-            if buffer::is_virtual(&u.pod) {
-                return Err(format!(
-                    "the headroom of CapacityBuffer {}/{} would be lost: {}",
-                    u.pod.namespace,
-                    buffer_name(&u.pod),
-                    u.message()
-                ));
-            }
-            return Err(format!(
-                "pod {}/{} could not move: {}",
-                u.pod.namespace,
-                u.pod.name,
-                u.message()
-            ));
-        }
-        // As upstream: a node still initializing may never become ready for pods (or not in
-        // time), so no disruption counts on one; it waits until the node is initialized.
-        if let Some((node, pods)) = plan
-            .existing
-            .iter()
-            .find(|(node, pods)| !pods.is_empty() && uninitialized.contains(*node))
-        {
-            // `pods` is not empty: the search above asks for that.
-            return Err(format!(
-                "pod {} would move onto {node}, which is not initialized yet",
-                pods[0]
-            ));
-        }
-        Ok(plan)
+        (built, problem)
+    }
+}
+
+fn could_not_move(u: &Unschedulable) -> String {
+    format!("{} could not move: {}", whose(u), u.message())
+}
+
+/// The pod, or the CapacityBuffer whose placeholder it is.
+fn whose(u: &Unschedulable) -> String {
+    let (ns, name) = (&u.pod.namespace, &u.pod.name);
+    if buffer::is_virtual(&u.pod) {
+        let buffer = buffer_name(&u.pod);
+        format!("the headroom of CapacityBuffer {ns}/{buffer}")
+    } else {
+        format!("pod {ns}/{name}")
     }
 }
 

@@ -16,7 +16,7 @@ pub mod topology;
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{PodKey, SchedPod};
 pub use problem::{
-    ExistingNode, Limits, MinValuesPolicy, NodeClaimPlan, Plan, Policies, PoolInput,
+    ExistingNode, Limits, MinValuesPolicy, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput,
     PreferencePolicy, Problem, Rejection, Unschedulable,
 };
 pub use requirements::{Requirement, Requirements};

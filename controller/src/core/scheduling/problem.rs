@@ -117,6 +117,20 @@ pub struct Policies {
     /// whether a node's pods fit on one cheaper node, and a cheaper split into two would turn
     /// that replacement into a refusal. Provisioning leaves it off.
     pub keep_node_count: bool,
+    pub order: PodOrder,
+}
+
+/// The order pods are placed in and which existing node each takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PodOrder {
+    /// Biggest first (upstream's order), each on the first node that takes it: dense.
+    #[default]
+    Packing,
+    /// As kube-scheduler's default profile could bind them at worst: smallest first (its
+    /// queue order among equal priorities is arrival, which nothing controls), each on the
+    /// node that takes it with the most room left (NodeResourcesFit `LeastAllocated`), so the
+    /// small pods take the room a big one was planned into.
+    KubeScheduler,
 }
 
 /// `Strict`: a NodeClaim that cannot offer `minValues` distinct values is not made.

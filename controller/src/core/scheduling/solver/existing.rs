@@ -4,7 +4,7 @@
 use super::{Attempt, Solver};
 use crate::api::labels;
 use crate::core::scheduling::pod::untolerated;
-use crate::core::scheduling::problem::Rejection;
+use crate::core::scheduling::problem::{PodOrder, Rejection};
 use crate::core::scheduling::topology::Placement;
 
 pub(super) fn ports_conflict(
@@ -27,6 +27,54 @@ pub(super) fn ports_conflict(
 }
 
 impl Solver<'_> {
+    /// The existing node (from the `from`th on) the pod goes to under the policies' order,
+    /// with where it lands in each topology domain; and how many nodes from `from` on refuse
+    /// it for good, one after another (see [`Rejection::is_permanent`]).
+    pub(super) fn find_existing(
+        &self,
+        p: usize,
+        attempt: &Attempt,
+        from: usize,
+    ) -> (Option<(usize, Placement)>, usize) {
+        let mut refusing = 0;
+        let mut best: Option<(f64, usize, Placement)> = None;
+        for e in from..self.existing.len() {
+            match self.try_existing(e, p, attempt) {
+                Ok(placement) => {
+                    if self.policies.order == PodOrder::Packing {
+                        return (Some((e, placement)), refusing);
+                    }
+                    let room = self.room_left(e);
+                    if best.as_ref().is_none_or(|(most, _, _)| room > *most) {
+                        best = Some((room, e, placement));
+                    }
+                }
+                Err(r) if r.is_permanent() && e == from + refusing => refusing += 1,
+                Err(_) => {}
+            }
+        }
+        (best.map(|(_, e, placement)| (e, placement)), refusing)
+    }
+
+    /// kube-scheduler's `LeastAllocated` score of a node, before the pod: the share of its
+    /// CPU and memory still free, averaged.
+    fn room_left(&self, e: usize) -> f64 {
+        let existing = &self.existing[e];
+        let share = |free: i64, of: i64| if of > 0 { free as f64 / of as f64 } else { 0.0 };
+        let (free, of) = (existing.free, existing.node.allocatable);
+        (share(free.cpu, of.cpu) + share(free.memory, of.memory)) / 2.0
+    }
+
+    pub(super) fn bind_existing(&mut self, e: usize, p: usize, placement: &Placement) {
+        let pod = &self.problem.pods[p];
+        let existing = &mut self.existing[e];
+        existing.free = existing.free - pod.requests;
+        existing.pods.push(p);
+        existing.ports.extend(pod.host_ports.iter().cloned());
+        self.placed.push(p);
+        self.topology.record(p, placement);
+    }
+
     pub(super) fn try_existing(
         &self,
         e: usize,

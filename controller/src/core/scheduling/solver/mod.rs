@@ -21,7 +21,8 @@ mod repack;
 use super::instance_type::InstanceType;
 use super::pod::SchedPod;
 use super::problem::{
-    ExistingNode, NodeClaimPlan, Plan, Policies, PoolInput, Problem, Rejection, Unschedulable,
+    ExistingNode, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput, Problem, Rejection,
+    Unschedulable,
 };
 use super::requirements::Requirements;
 use super::resources::Resources;
@@ -217,6 +218,9 @@ impl<'a> Solver<'a> {
     fn run(mut self) -> Plan {
         let pods = &self.problem.pods;
         let mut order: Vec<usize> = (0..pods.len()).collect();
+        if self.policies.order == PodOrder::KubeScheduler {
+            return self.run_as_kube_scheduler(order);
+        }
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&pods[a], &pods[b]);
             pb.requests
@@ -261,6 +265,29 @@ impl<'a> Solver<'a> {
         self.into_plan(unschedulable)
     }
 
+    /// The pods one by one, smallest first ([`PodOrder::KubeScheduler`]).
+    fn run_as_kube_scheduler(mut self, mut order: Vec<usize>) -> Plan {
+        let pods = &self.problem.pods;
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&pods[a], &pods[b]);
+            pa.requests
+                .cpu
+                .cmp(&pb.requests.cpu)
+                .then(pa.requests.memory.cmp(&pb.requests.memory))
+                .then_with(|| pa.key.cmp(&pb.key))
+        });
+        let mut unschedulable = Vec::new();
+        for p in order {
+            if let Err(reasons) = self.schedule(p) {
+                unschedulable.push(Unschedulable {
+                    pod: pods[p].key.clone(),
+                    reasons,
+                });
+            }
+        }
+        self.into_plan(unschedulable)
+    }
+
     fn schedule(&mut self, p: usize) -> Result<(), Vec<(String, Rejection)>> {
         let pod = &self.problem.pods[p];
         if let Some(r) = pod.unknown_resources.first() {
@@ -293,22 +320,13 @@ impl<'a> Solver<'a> {
             }
             let (start_existing, start_candidates) =
                 self.skip.get(&(signature, a)).copied().unwrap_or((0, 0));
-            let (mut skip_existing, mut skip_candidates) = (start_existing, start_candidates);
-            for e in start_existing..self.existing.len() {
-                match self.try_existing(e, p, attempt) {
-                    Ok(placement) => {
-                        let existing = &mut self.existing[e];
-                        existing.free = existing.free - pod.requests;
-                        existing.pods.push(p);
-                        self.placed.push(p);
-                        existing.ports.extend(pod.host_ports.iter().cloned());
-                        self.topology.record(p, &placement);
-                        return Ok(());
-                    }
-                    Err(r) if r.is_permanent() && e == skip_existing => skip_existing += 1,
-                    Err(_) => {}
-                }
+            let (found, refusing) = self.find_existing(p, attempt, start_existing);
+            if let Some((e, placement)) = found {
+                self.bind_existing(e, p, &placement);
+                return Ok(());
             }
+            let skip_existing = start_existing + refusing;
+            let mut skip_candidates = start_candidates;
             for c in start_candidates..self.candidates.len() {
                 match self.try_candidate(&self.candidates[c], p, attempt) {
                     Ok(update) => {

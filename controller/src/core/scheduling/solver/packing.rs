@@ -55,14 +55,9 @@ impl Solver<'_> {
     pub(super) fn place_on_slack(&mut self, p: usize) -> bool {
         let attempt = plain_attempt();
         let pod = &self.problem.pods[p];
-        for e in 0..self.existing.len() {
-            if self.try_existing(e, p, &attempt).is_ok() {
-                let existing = &mut self.existing[e];
-                existing.free = existing.free - pod.requests;
-                existing.pods.push(p);
-                self.placed.push(p);
-                return true;
-            }
+        if let (Some((e, placement)), _) = self.find_existing(p, &attempt, 0) {
+            self.bind_existing(e, p, &placement);
+            return true;
         }
         for c in 0..self.candidates.len() {
             let candidate = &self.candidates[c];
