@@ -257,7 +257,7 @@ pub fn simulate(args: &Args, progress: &dyn Progress) -> Result<Report, InputErr
                     problems.push(Diagnostic::error(&input, why));
                 }
             }
-            None => pools.push(one),
+            None => pools.push(Arc::new(one)),
         }
     }
     if pools.is_empty() && static_nodes.plans.is_empty() && problems.is_empty() {

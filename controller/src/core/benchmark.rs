@@ -169,7 +169,10 @@ pub fn upstream(pods: usize, instance_types: usize, seed: u64) -> Problem {
         out.push(pod);
     }
     Problem {
-        pools: vec![pool("default", upstream_instance_types(instance_types))],
+        pools: vec![Arc::new(pool(
+            "default",
+            upstream_instance_types(instance_types),
+        ))],
         existing: Vec::new(),
         pods: out,
     }
@@ -250,7 +253,7 @@ pub fn aws(pods: usize, seed: u64) -> Result<Problem, crate::core::catalog::Cata
     p.requirements
         .add(labels::ARCH, Requirement::any_of(["amd64", "arm64"]));
     Ok(Problem {
-        pools: vec![p],
+        pools: vec![Arc::new(p)],
         existing: Vec::new(),
         pods: mixed_workload(pods, seed),
     })

@@ -244,7 +244,11 @@ pub fn build(
         .map(Arc::new)
         .collect();
     // Pods may land on a static pool's nodes, but never make it grow.
-    let pools = pools.into_iter().filter(|p| p.replicas.is_none()).collect();
+    let pools = pools
+        .into_iter()
+        .filter(|p| p.replicas.is_none())
+        .map(Arc::new)
+        .collect();
     let mut pods: Vec<SchedPod> = pods_to_place(snapshot)
         .iter()
         .map(|p| SchedPod::from_k8s(p, None))

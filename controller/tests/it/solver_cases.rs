@@ -96,7 +96,7 @@ fn solved(problem: &Problem) -> Plan {
 #[test]
 fn small_pods_share_one_cheap_node() {
     let problem = Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: (0..3).map(|i| pod(&format!("p{i}"), 500, 1)).collect(),
     };
@@ -142,7 +142,7 @@ fn existing_nodes_are_filled_before_new_ones() {
         label_requirements: Default::default(),
     };
     let problem = Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![node.into()],
         pods: vec![pod("fits", 1000, 1), pod("too-big", 2000, 1)],
     };
@@ -157,7 +157,7 @@ fn heavier_pools_are_tried_first() {
     let mut heavy = pool("heavy");
     heavy.weight = 50;
     let problem = Problem {
-        pools: vec![pool("light"), heavy],
+        pools: vec![Arc::new(pool("light")), Arc::new(heavy)],
         existing: vec![],
         pods: vec![pod("p", 500, 1)],
     };
@@ -174,7 +174,7 @@ fn limits_stop_a_pool_and_say_so() {
     };
     let pods = (0..3).map(|i| pod(&format!("p{i}"), 3000, 1)).collect();
     let problem = Problem {
-        pools: vec![limited],
+        pools: vec![Arc::new(limited)],
         existing: vec![],
         pods,
     };
@@ -201,7 +201,7 @@ fn taints_need_tolerations() {
         effect: None,
     }];
     let problem = Problem {
-        pools: vec![tainted],
+        pools: vec![Arc::new(tainted)],
         existing: vec![],
         pods: vec![tolerant, pod("plain", 500, 1)],
     };
@@ -223,7 +223,7 @@ fn a_node_selector_outside_the_pool_names_the_requirement() {
     term.add(labels::ZONE, Requirement::any_of(["zone-b"]));
     wants_b.node_terms = vec![term];
     let plan = solved(&Problem {
-        pools: vec![p],
+        pools: vec![Arc::new(p)],
         existing: vec![],
         pods: vec![wants_b],
     });
@@ -239,7 +239,7 @@ fn a_node_selector_outside_the_pool_names_the_requirement() {
 #[test]
 fn a_pod_too_big_for_every_type_names_the_closest_and_the_shortfall() {
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: vec![pod("huge", 20_000, 8)],
     });
@@ -260,7 +260,7 @@ fn required_node_affinity_terms_are_alternatives() {
     possible.add(labels::ZONE, Requirement::any_of(["zone-c"]));
     p.node_terms = vec![impossible, possible];
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: vec![p],
     });
@@ -277,7 +277,7 @@ fn preferences_are_honoured_when_possible_and_relaxed_when_not() {
     prefer_c.add(labels::ZONE, Requirement::any_of(["zone-c"]));
     p.preferred_node = vec![prefer_c];
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: vec![p.clone()],
     });
@@ -290,7 +290,7 @@ fn preferences_are_honoured_when_possible_and_relaxed_when_not() {
     prefer_mars.add(labels::ZONE, Requirement::any_of(["mars-1"]));
     p.preferred_node = vec![prefer_mars];
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: vec![p],
     });
@@ -322,7 +322,7 @@ fn hostname_anti_affinity_puts_each_replica_on_its_own_node() {
         .chain((0..4).map(|i| labelled(&format!("web-{i}"), "web")))
         .collect();
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods,
     });
@@ -358,7 +358,7 @@ fn pods_that_repel_each_other_per_node_open_the_nodes_the_others_then_fill() {
         p
     });
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: db.chain(web).collect(),
     });
@@ -389,7 +389,7 @@ fn zone_spread_balances_replicas_across_zones() {
         })
         .collect();
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods,
     });
@@ -421,7 +421,7 @@ fn zone_affinity_keeps_pods_together() {
         })
         .collect();
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods,
     });
@@ -443,7 +443,7 @@ fn host_ports_do_not_collide() {
         })
         .collect();
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods,
     });
@@ -462,7 +462,7 @@ fn daemonset_overhead_is_counted_on_every_new_node() {
     // 1.5 cores of pods + 1 core of DaemonSets do not fit the 2-core type; the 4-core m is
     // cheaper than the 4-core c because it has spot.
     let plan = solved(&Problem {
-        pools: vec![p],
+        pools: vec![Arc::new(p)],
         existing: vec![],
         pods: vec![pod("p", 1500, 1)],
     });
@@ -485,7 +485,7 @@ fn min_values_keeps_enough_distinct_types() {
     p.requirements.add(labels::INSTANCE_FAMILY, family);
     // 3 cores fit m.xlarge, m.4xlarge and c.xlarge: two families, fine.
     let plan = solved(&Problem {
-        pools: vec![p.clone()],
+        pools: vec![Arc::new(p.clone())],
         existing: vec![],
         pods: vec![pod("ok", 3000, 1)],
     });
@@ -498,7 +498,7 @@ fn min_values_keeps_enough_distinct_types() {
     );
     // 10 GiB fits only the m family: minValues 2 cannot hold.
     let plan = solved(&Problem {
-        pools: vec![p],
+        pools: vec![Arc::new(p)],
         existing: vec![],
         pods: vec![pod("big", 3000, 10)],
     });
@@ -515,7 +515,7 @@ fn an_unknown_resource_is_explained() {
     let mut p = pod("fpga", 500, 1);
     p.unknown_resources = vec!["xilinx.com/fpga".into()];
     let plan = solved(&Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: vec![p],
     });
@@ -569,14 +569,14 @@ fn node_taints_policy_decides_whether_tainted_pools_count_as_spread_domains() {
     };
     // Honor: zone-c (only on tainted nodes) is not a domain, so a and b take two each.
     let plan = solved(&Problem {
-        pools: vec![open.clone(), tainted.clone()],
+        pools: vec![Arc::new(open.clone()), Arc::new(tainted.clone())],
         existing: vec![],
         pods: pods(true),
     });
     assert!(plan.unschedulable.is_empty());
     // Ignore (the Kubernetes default): zone-c stays empty, so a and b can hold one each.
     let plan = solved(&Problem {
-        pools: vec![open, tainted],
+        pools: vec![Arc::new(open), Arc::new(tainted)],
         existing: vec![],
         pods: pods(false),
     });
@@ -598,7 +598,7 @@ fn min_values_best_effort_relaxes_to_what_fits_and_says_so() {
     family.min_values = Some(2);
     p.requirements.add(labels::INSTANCE_FAMILY, family);
     let problem = Problem {
-        pools: vec![p],
+        pools: vec![Arc::new(p)],
         existing: vec![],
         pods: vec![pod("big", 3000, 10)],
     };
@@ -639,7 +639,7 @@ fn preference_policy_ignore_takes_no_preference_into_account() {
     prefer_c.add(labels::ZONE, Requirement::any_of(["zone-c"]));
     p.preferred_node = vec![prefer_c];
     let problem = Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods: vec![p],
     };
@@ -822,7 +822,7 @@ fn pods_a_spread_only_counts_are_balanced_so_its_pods_hold_in_any_order() {
         p
     }));
     let problem = Problem {
-        pools: vec![pool("default")],
+        pools: vec![Arc::new(pool("default"))],
         existing: vec![],
         pods,
     };

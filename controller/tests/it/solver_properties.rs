@@ -292,7 +292,7 @@ fn problem() -> impl Strategy<Value = Problem> {
         pools: pools
             .iter()
             .enumerate()
-            .map(|(i, s)| make_pool(i, s))
+            .map(|(i, s)| make_pool(i, s).into())
             .collect(),
         existing: existing
             .iter()
@@ -380,7 +380,7 @@ fn small_packing() -> impl Strategy<Value = Problem> {
         let mut requirements = Requirements::new();
         requirements.add(labels::NODEPOOL, Requirement::any_of(["small"]));
         Problem {
-            pools: vec![PoolInput {
+            pools: vec![Arc::new(PoolInput {
                 name: "small".into(),
                 weight: 0,
                 requirements,
@@ -393,7 +393,7 @@ fn small_packing() -> impl Strategy<Value = Problem> {
                 nodes_in_use: 0,
                 replicas: None,
                 admitted: Default::default(),
-            }],
+            })],
             existing: vec![],
             pods,
         }

@@ -42,10 +42,6 @@ struct Built {
 impl Built {
     fn new(inputs: &Inputs) -> Built {
         let mut base = build(inputs.snapshot, inputs.types_of_class).problem;
-        // Made once here, so each simulation's copy of the pools carries them.
-        for pool in &base.pools {
-            pool.admitted();
-        }
         let buffers = buffer::sched_pods(&inputs.snapshot.buffers);
         let housed: BTreeSet<_> = buffer::housed(registered_nodes(inputs.snapshot), buffers);
         let headroom = std::mem::take(&mut base.pods)

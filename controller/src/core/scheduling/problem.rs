@@ -40,9 +40,7 @@ pub struct PoolInput {
     /// A static pool's node count (`spec.replicas`): it is kept at that count, not
     /// provisioned for pods.
     pub replicas: Option<i64>,
-    /// [`PoolInput::admitted`], made at first use and kept (a clone keeps it too): every
-    /// simulation of a disruption pass solves over the same pools. Leave it
-    /// `Default::default()`.
+    /// [`PoolInput::admitted`], made at first use and kept. Leave it `Default::default()`.
     pub admitted: OnceLock<AdmittedTypes>,
 }
 
@@ -158,7 +156,9 @@ pub enum PreferencePolicy {
 
 #[derive(Debug, Clone, Default)]
 pub struct Problem {
-    pub pools: Vec<PoolInput>,
+    /// Shared, like `existing`: every simulation of a disruption pass solves over the same
+    /// pools, so each pool's admitted instance types are made once for all of them.
+    pub pools: Vec<Arc<PoolInput>>,
     /// Shared: a disruption simulation leaves some nodes out of the same cluster many times a
     /// pass, and copying a thousand nodes with their pods each time was most of its cost.
     pub existing: Vec<Arc<ExistingNode>>,
