@@ -348,6 +348,10 @@ phase "kube-apiserver ${K8S_VERSION} ready on ${APISERVER_URL}"
 # --kube-api-qps/burst (both components): the scale harness creates thousands of pods at once,
 #   and the client defaults (20 QPS for the ReplicaSet controller, 50 for kube-scheduler's
 #   bindings) would measure those rate limits instead of the controller under test.
+# --node-monitor-grace-period: a node is NotReady when its Lease has not been renewed for
+#   this long. kwok renews every 30 s (kwok/config.yaml); at 1,000 nodes on two cores a renewal
+#   can come minutes late, and the default 50 s had hundreds of healthy nodes' pods evicted.
+#   No test relies on a node going NotReady by itself.
 start_process kube-controller-manager "${K8S_BIN}/kube-controller-manager" \
   --kubeconfig="${RUN_DIR}/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig="${RUN_DIR}/kube-controller-manager.kubeconfig" \
@@ -363,6 +367,7 @@ start_process kube-controller-manager "${K8S_BIN}/kube-controller-manager" \
   --cluster-name="${CLUSTER_NAME}" \
   --kube-api-qps=200 \
   --kube-api-burst=400 \
+  --node-monitor-grace-period=240s \
   --profiling=false \
   --v=1
 start_process kube-scheduler "${K8S_BIN}/kube-scheduler" \
@@ -390,9 +395,9 @@ wait_until kube-controller-manager 60 \
 phase "kube-controller-manager and kube-scheduler ready (default/default ServiceAccount exists)"
 
 # ---- kwok ------------------------------------------------------------------------------
-# --node-lease-duration-seconds: kwok then renews node Leases the way a kubelet does; without
-#   them its status heartbeat (about once a minute) is slower than the controller-manager's
-#   50 s grace period and nodes flap NotReady for a few seconds every minute.
+# Node Leases (kwok/config.yaml): kwok then renews them the way a kubelet does; without them
+#   its status heartbeat (about once a minute) is slower than the controller-manager's grace
+#   period and nodes flap NotReady for a few seconds every minute.
 # Manages only nodes annotated kwok.x-k8s.io/node=fake, so a test can also create Node
 # objects that nothing answers for (a node that never becomes Ready). A clean HOME keeps
 # a developer's ~/.kwok configuration out of the run. kwok/stages.yaml: kwok's default pod
@@ -404,7 +409,7 @@ HOME="${RUN_DIR}/kwok-home" start_process kwok "${KWOK_BIN}/kwok" \
   --manage-all-nodes=false \
   --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --server-address="127.0.0.1:${KWOK_PORT}" \
-  --node-lease-duration-seconds=40 \
+  --config="${ENV_DIR}/kwok/config.yaml" \
   --config="${ENV_DIR}/kwok/stages.yaml" \
   --cidr=10.244.0.1/16
 wait_until kwok 30 curl -fsS --max-time 2 "http://127.0.0.1:${KWOK_PORT}/healthz"
