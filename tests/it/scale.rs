@@ -54,9 +54,9 @@ const APART: i32 = 20;
 struct Poll {
     created: i32,
     not_running: usize,
-    /// Pods deleted but not gone yet (phase Running all the same); counted only when asked
-    /// for (listing every pod every 2 s is load on a world already short of CPU).
-    terminating: usize,
+    /// Pods deleted but not gone yet (phase Running all the same); None when not counted
+    /// (listing every pod every 2 s is load on a world already short of CPU).
+    terminating: Option<usize>,
     claims: Vec<DynamicObject>,
 }
 
@@ -87,15 +87,15 @@ async fn poll(admin: &kube::Client, ns: &str, count_terminating: bool) -> Option
         .items
         .len();
     let terminating = if count_terminating {
-        pods.list_metadata(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_some())
-            .count()
+        let listed = pods.list_metadata(&ListParams::default()).await.ok()?;
+        let deleted = listed.items.iter();
+        Some(
+            deleted
+                .filter(|p| p.metadata.deletion_timestamp.is_some())
+                .count(),
+        )
     } else {
-        0
+        None
     };
     let claims = nodeclaims(admin)
         .list(&ListParams::default())
@@ -474,7 +474,7 @@ async fn consolidate(b: &Bench<'_>, up: &Up) -> Vec<DynamicObject> {
                     .claims
                     .iter()
                     .any(|c| c.metadata.deletion_timestamp.is_some());
-                if p.claims.len() != count || deleting || p.terminating > 0 {
+                if p.claims.len() != count || deleting || p.terminating.is_some_and(|n| n > 0) {
                     count = p.claims.len();
                     changed_at = now;
                 }
