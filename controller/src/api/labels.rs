@@ -49,6 +49,10 @@ pub const NODECLASS_FINALIZER: &str = "karpenter.k8s.aws/termination";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// Taint a node boots with (from its user data) until the controller has registered it.
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+/// Put on every new Node by the API server's admission and kept by the node lifecycle
+/// controller while the node is not Ready (`NoSchedule`), or unreachable.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
 /// NodeClaim annotations upstream records the rendered template hashes in (drift).
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";

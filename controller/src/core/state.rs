@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
-use crate::api::conditions::class_not_ready;
+use crate::api::conditions::{class_not_ready, is_true, INITIALIZED};
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::labels;
-use crate::api::labels::{DISRUPTED_TAINT, UNREGISTERED_TAINT};
+use crate::api::labels::{DISRUPTED_TAINT, NOT_READY_TAINT, UNREACHABLE_TAINT, UNREGISTERED_TAINT};
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::taint::{Taint, TaintEffect};
 use crate::api::{NodeOverlay, NodePool, Quantity};
@@ -200,6 +200,11 @@ fn claim_allocatable(claim: &NodeClaim, types: &[Arc<InstanceType>]) -> Resource
     smallest.unwrap_or(Resources::ZERO)
 }
 
+fn node_reports_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 fn node_taints(node: &Node, claim: Option<&NodeClaim>) -> Vec<Taint> {
     let startup: Vec<&str> = claim
         .map(|c| {
@@ -210,11 +215,25 @@ fn node_taints(node: &Node, claim: Option<&NodeClaim>) -> Vec<Taint> {
                 .collect()
         })
         .unwrap_or_default();
+    // The node lifecycle controller's NoSchedule taints come off once the node reports Ready,
+    // some moments after it does; a NodeClaim not initialized yet is expected to get there (as
+    // upstream's ephemeral taints). Counting them would plan a second node for pods that are
+    // about to be bound to this one.
+    let initialized = claim.is_some_and(|c| {
+        let conditions = c.status.as_ref().map(|s| s.conditions.as_slice());
+        is_true(conditions.unwrap_or_default(), INITIALIZED)
+    });
+    let passing = node_reports_ready(node) || (claim.is_some() && !initialized);
+    let ephemeral = |t: &&k8s_openapi::api::core::v1::Taint| {
+        passing
+            && t.effect == "NoSchedule"
+            && (t.key == NOT_READY_TAINT || t.key == UNREACHABLE_TAINT)
+    };
     node.spec
         .iter()
         .flat_map(|s| s.taints.iter().flatten())
         // Taints that go away once the node is up do not keep pods off it for good.
-        .filter(|t| !startup.contains(&t.key.as_str()))
+        .filter(|t| !startup.contains(&t.key.as_str()) && !ephemeral(t))
         .filter_map(|t| {
             let effect = match t.effect.as_str() {
                 "NoSchedule" => TaintEffect::NoSchedule,
@@ -493,6 +512,51 @@ mod tests {
             .iter()
             .map(|e| e.name.clone())
             .collect()
+    }
+
+    fn taints_of(ready: bool, initialized: bool) -> Vec<String> {
+        let mut n = (*node("n1", "aws:///us-east-1a/i-1", false)).clone();
+        n.spec.as_mut().expect("spec").taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: NOT_READY_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        let status = if ready { "True" } else { "False" };
+        n.status.as_mut().expect("status").conditions =
+            Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: status.into(),
+                ..Default::default()
+            }]);
+        let mut c = (*claim("c1", "aws:///us-east-1a/i-1", Some("n1"))).clone();
+        if initialized {
+            let when = "2026-12-06T00:00:00Z";
+            c.status.as_mut().expect("status").conditions = serde_json::from_value(json!([
+                {"type": INITIALIZED, "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": when}
+            ]))
+            .expect("conditions");
+        }
+        let snap = Snapshot {
+            nodes: vec![Arc::new(n)],
+            nodeclaims: vec![Arc::new(c)],
+            ..Snapshot::default()
+        };
+        let problem = build(&snap, &HashMap::new()).problem;
+        problem.existing[0]
+            .taints
+            .iter()
+            .map(|t| t.key.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_not_ready_taint_keeps_pods_off_only_a_node_that_is_not_coming_up() {
+        // Ready, the taint not yet removed by the node lifecycle controller: room.
+        assert!(taints_of(true, true).is_empty());
+        // Registered, not initialized yet: expected to come up, room (as upstream).
+        assert!(taints_of(false, false).is_empty());
+        // Initialized once and now not Ready: the taint stands.
+        assert_eq!(taints_of(false, true), [NOT_READY_TAINT]);
     }
 
     #[test]
