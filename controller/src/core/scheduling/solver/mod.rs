@@ -38,6 +38,12 @@ pub fn solve_with(problem: &Problem, policies: Policies) -> Plan {
     Solver::new(problem, policies).run()
 }
 
+/// Smaller first: by CPU requested, then memory.
+fn by_size(a: &SchedPod, b: &SchedPod) -> std::cmp::Ordering {
+    let (a, b) = (&a.requests, &b.requests);
+    a.cpu.cmp(&b.cpu).then(a.memory.cmp(&b.memory))
+}
+
 /// One scheduling attempt's view of a pod: its node requirements and active preferences.
 #[derive(Debug, Clone)]
 struct Attempt {
@@ -223,10 +229,7 @@ impl<'a> Solver<'a> {
         }
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&pods[a], &pods[b]);
-            pb.requests
-                .cpu
-                .cmp(&pa.requests.cpu)
-                .then(pb.requests.memory.cmp(&pa.requests.memory))
+            by_size(pb, pa)
                 .then(pa.created.cmp(&pb.created))
                 .then_with(|| pa.key.cmp(&pb.key))
         });
@@ -270,11 +273,7 @@ impl<'a> Solver<'a> {
         let pods = &self.problem.pods;
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&pods[a], &pods[b]);
-            pa.requests
-                .cpu
-                .cmp(&pb.requests.cpu)
-                .then(pa.requests.memory.cmp(&pb.requests.memory))
-                .then_with(|| pa.key.cmp(&pb.key))
+            by_size(pa, pb).then_with(|| pa.key.cmp(&pb.key))
         });
         let mut unschedulable = Vec::new();
         for p in order {
