@@ -153,7 +153,12 @@ impl World {
 }
 
 fn could_not_move(u: &Unschedulable) -> String {
-    format!("{} could not move: {}", whose(u), u.message())
+    let outcome = if buffer::is_virtual(&u.pod) {
+        "would be lost"
+    } else {
+        "could not move"
+    };
+    format!("{} {outcome}: {}", whose(u), u.message())
 }
 
 /// The pod, or the CapacityBuffer whose placeholder it is.
