@@ -10,6 +10,7 @@ pub mod nominations;
 pub mod server;
 pub mod stores;
 pub mod taints;
+pub mod trim;
 
 // The process itself names the AWS cloud, so it exists only with the `aws` feature.
 #[cfg(feature = "aws")]

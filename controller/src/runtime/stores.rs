@@ -13,13 +13,14 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::ResourceExt;
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::{CapacityBuffer, NodeOverlay, NodePool};
 use crate::core::buffer;
 use crate::core::state::Snapshot;
+
+use super::trim;
 
 /// How long startup waits for the CapacityBuffer list: the CRD may not be installed (it is
 /// shared with Cluster Autoscaler), and then there are no buffers rather than no controller.
@@ -76,16 +77,14 @@ impl BufferStores {
     }
 }
 
-fn cache<K>(api: Api<K>) -> (Store<K>, impl Future<Output = ()>)
+/// A cache of `api`'s objects, each as `trim` leaves it ([`super::trim`]).
+fn cache<K>(api: Api<K>, trim: fn(&mut K)) -> (Store<K>, impl Future<Output = ()>)
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
     K: serde::de::DeserializeOwned,
 {
     let (reader, writer) = reflector::store();
-    // managedFields are a good part of every object and nothing here reads them: dropped
-    // before the cache keeps the object (at thousands of pods, the cache is most of the heap).
-    let objects =
-        watcher(api, watcher::Config::default()).modify(|o| o.managed_fields_mut().clear());
+    let objects = watcher(api, watcher::Config::default()).modify(trim);
     let stream = reflector::reflector(writer, objects)
         .backoff(watch_backoff())
         .applied_objects();
@@ -97,19 +96,22 @@ where
 impl Stores {
     /// The caches, and the future that keeps them filled (run it for the process's life).
     pub fn start(client: &kube::Client) -> (Stores, impl Future<Output = ()>) {
-        let (pods, a) = cache(Api::<Pod>::all(client.clone()));
-        let (nodes, b) = cache(Api::<Node>::all(client.clone()));
-        let (nodeclaims, c) = cache(Api::<NodeClaim>::all(client.clone()));
-        let (nodepools, d) = cache(Api::<NodePool>::all(client.clone()));
-        let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()));
-        let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()));
-        let (pdbs, g) = cache(Api::<PodDisruptionBudget>::all(client.clone()));
-        let (nodeoverlays, h) = cache(Api::<NodeOverlay>::all(client.clone()));
-        let (buffers, i) = cache(Api::<CapacityBuffer>::all(client.clone()));
-        let (pod_templates, j) = cache(Api::<PodTemplate>::all(client.clone()));
-        let (deployments, k) = cache(Api::<Deployment>::all(client.clone()));
-        let (replicasets, l) = cache(Api::<ReplicaSet>::all(client.clone()));
-        let (statefulsets, m) = cache(Api::<StatefulSet>::all(client.clone()));
+        let (pods, a) = cache(Api::<Pod>::all(client.clone()), trim::pod);
+        let (nodes, b) = cache(Api::<Node>::all(client.clone()), trim::node);
+        let (nodeclaims, c) = cache(Api::<NodeClaim>::all(client.clone()), trim::metadata);
+        let (nodepools, d) = cache(Api::<NodePool>::all(client.clone()), trim::metadata);
+        let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()), trim::metadata);
+        let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()), trim::metadata);
+        let (pdbs, g) = cache(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            trim::metadata,
+        );
+        let (nodeoverlays, h) = cache(Api::<NodeOverlay>::all(client.clone()), trim::metadata);
+        let (buffers, i) = cache(Api::<CapacityBuffer>::all(client.clone()), trim::metadata);
+        let (pod_templates, j) = cache(Api::<PodTemplate>::all(client.clone()), trim::metadata);
+        let (deployments, k) = cache(Api::<Deployment>::all(client.clone()), trim::metadata);
+        let (replicasets, l) = cache(Api::<ReplicaSet>::all(client.clone()), trim::metadata);
+        let (statefulsets, m) = cache(Api::<StatefulSet>::all(client.clone()), trim::metadata);
         let run = async move {
             tokio::join!(a, b, c, d, e, f, g, h, i, j, k, l, m);
         };

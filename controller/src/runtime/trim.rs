@@ -1,0 +1,166 @@
+//! What the watch caches keep of an object: what the controllers read, not what the API
+//! server sends. At thousands of pods the pod cache is most of the controller's memory, and a
+//! pod as served is two thirds parts no decision looks at (its service-account volume alone is
+//! a third of it in memory; real pods add env, probes and mounts). Every cached object drops
+//! its managedFields and kubectl's last-applied copy of itself.
+//!
+//! Whatever a controller starts reading from an object must stay out of these lists: a field
+//! dropped here reads as unset everywhere.
+
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use kube::ResourceExt;
+
+/// kubectl's client-side apply keeps the whole object it applied in this annotation.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no object's reader needs: the field managers and kubectl's copy.
+pub fn metadata<K: kube::Resource>(o: &mut K) {
+    o.managed_fields_mut().clear();
+    o.annotations_mut().remove(LAST_APPLIED);
+}
+
+/// A pod keeps its metadata, what scheduling reads of its spec (resources, ports, selectors,
+/// affinity, tolerations, spread, priority, node, grace period) and its phase, conditions and
+/// start time; its volumes, container statuses and each container's command, environment,
+/// mounts, probes and security context go (the controller ignores volume topology).
+pub fn pod(p: &mut Pod) {
+    metadata(p);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.volumes = None;
+        spec.ephemeral_containers = None;
+        spec.containers.iter_mut().for_each(container);
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .for_each(container);
+    }
+    if let Some(status) = p.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.resource_claim_statuses = None;
+    }
+}
+
+/// A container keeps its name, image, ports, resources and restart policy (a sidecar's).
+fn container(c: &mut Container) {
+    *c = Container {
+        name: std::mem::take(&mut c.name),
+        image: c.image.take(),
+        ports: c.ports.take(),
+        resources: c.resources.take(),
+        restart_policy: c.restart_policy.take(),
+        ..Container::default()
+    };
+}
+
+/// A node drops the list of images it holds (up to fifty names each, on a real node).
+pub fn node(n: &mut Node) {
+    metadata(n);
+    if let Some(status) = n.status.as_mut() {
+        status.images = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-1", "namespace": "default",
+                "labels": {"app": "web"},
+                "annotations": {
+                    "karpenter.sh/do-not-disrupt": "true",
+                    LAST_APPLIED: "{\"kind\":\"Pod\"}"
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}]
+            },
+            "spec": {
+                "nodeName": "node-a",
+                "nodeSelector": {"kubernetes.io/arch": "arm64"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{
+                    "name": "app", "image": "nginx",
+                    "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "250m"}},
+                    "livenessProbe": {"httpGet": {"path": "/", "port": 80}},
+                    "volumeMounts": [{"name": "token", "mountPath": "/var/run"}]
+                }],
+                "initContainers": [{
+                    "name": "proxy", "image": "envoy", "restartPolicy": "Always",
+                    "command": ["envoy"],
+                    "resources": {"requests": {"memory": "64Mi"}}
+                }],
+                "volumes": [{"name": "token", "projected": {"sources": []}}]
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{
+                    "name": "app", "image": "nginx", "imageID": "sha256:0", "ready": true,
+                    "restartCount": 0
+                }]
+            }
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_pod_keeps_what_scheduling_and_disruption_read_and_drops_the_rest() {
+        let mut pod = served_pod();
+        let before = pod.clone();
+        super::pod(&mut pod);
+
+        assert!(pod
+            .metadata
+            .managed_fields
+            .as_ref()
+            .is_none_or(|m| m.is_empty()));
+        assert_eq!(
+            pod.annotations().keys().collect::<Vec<_>>(),
+            ["karpenter.sh/do-not-disrupt"]
+        );
+        assert_eq!(pod.metadata.labels, before.metadata.labels);
+        let (spec, was) = (pod.spec.as_ref().expect("spec"), before.spec.expect("spec"));
+        assert_eq!(spec.node_name, was.node_name);
+        assert_eq!(spec.node_selector, was.node_selector);
+        assert_eq!(spec.tolerations, was.tolerations);
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert!(spec.volumes.is_none());
+        let app = &spec.containers[0];
+        assert_eq!(app.resources, was.containers[0].resources);
+        assert_eq!(app.ports, was.containers[0].ports);
+        assert!(app.env.is_none() && app.liveness_probe.is_none() && app.volume_mounts.is_none());
+        let proxy = &spec.init_containers.as_ref().expect("init")[0];
+        assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+        assert!(proxy.resources.is_some() && proxy.command.is_none());
+        let status = pod.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(
+            status.conditions,
+            before.status.as_ref().expect("status").conditions
+        );
+        assert!(status.container_statuses.is_none());
+    }
+
+    #[test]
+    fn a_node_drops_its_image_list_and_keeps_its_status() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node-a", "labels": {"karpenter.sh/nodepool": "general"}},
+            "status": {
+                "allocatable": {"cpu": "2"},
+                "images": [{"names": ["nginx"], "sizeBytes": 1}]
+            }
+        }))
+        .expect("node");
+        super::node(&mut node);
+        let status = node.status.as_ref().expect("status");
+        assert!(status.images.is_none());
+        assert!(status.allocatable.is_some());
+        assert_eq!(node.labels().len(), 1);
+    }
+}
