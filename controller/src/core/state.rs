@@ -388,7 +388,7 @@ pub fn registered_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
             .get(name.as_str())
             .into_iter()
             .flatten()
-            .map(|p| SchedPod::from_k8s(p, None))
+            .map(|p| SchedPod::bound(p))
             .collect();
         let requested = pods.iter().fold(Resources::ZERO, |acc, p| acc + p.requests);
         let labels = node.labels().clone();
