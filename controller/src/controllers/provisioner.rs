@@ -148,7 +148,10 @@ async fn provision(
             HashMap::new()
         }
     };
+    let types_time = pass_started.elapsed();
+    let started = Instant::now();
     let built = build(&snap, &types_of_class);
+    let build_time = started.elapsed();
     let started = Instant::now();
     let plan = crate::runtime::compute(|| solve_with(&built.problem, ctx.settings.policies()));
     let solve_time = started.elapsed();
@@ -197,6 +200,7 @@ async fn provision(
     // Side by side: a thousand NodeClaims one round trip after another would hold the last
     // launch back by seconds.
     let wanted = claims.len();
+    let creates_started = Instant::now();
     let creates: Vec<_> = claims
         .into_iter()
         .enumerate()
@@ -209,6 +213,7 @@ async fn provision(
         .buffer_unordered(WRITES_AT_ONCE)
         .collect()
         .await;
+    let creates_time = creates_started.elapsed();
     let mut created = Vec::new();
     let mut created_for_pods = Vec::new();
     let mut failed = Vec::new();
@@ -259,7 +264,11 @@ async fn provision(
             on_existing_or_in_flight = plan.existing.values().map(Vec::len).sum::<usize>(),
             new_nodeclaims = plan.nodeclaims.len(),
             unschedulable = plan.unschedulable.len(),
+            // Where a pass's time goes (the scale harness reads these).
+            types_ms = types_time.as_millis() as u64,
+            build_ms = build_time.as_millis() as u64,
             solve_ms = solve_time.as_millis() as u64,
+            creates_ms = creates_time.as_millis() as u64,
             pass_ms = pass_time.as_millis() as u64,
             "provisioning decision"
         );
