@@ -32,25 +32,10 @@ enum Command {
     },
 }
 
-/// glibc's allocator gives each thread that allocates an arena of its own, up to eight per
-/// core, and keeps freed memory in each. The runtime moves CPU-bound decisions off its
-/// workers ([`jointer_controller::runtime::compute`]), so threads come and go and every
-/// arena ends up holding a pass's worth of freed problem: two arenas cut the controller's
-/// peak RSS by a quarter at 3,000 pods (239 → 181 MiB). `MALLOC_ARENA_MAX` still overrides.
-fn limit_allocator_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: called before any other thread exists; mallopt only sets a tunable.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run { settings } => {
-            limit_allocator_arenas();
+            jointer_controller::runtime::allocator::limit_arenas();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(jointer_controller::runtime::run(*settings))?;
         }

@@ -2,6 +2,7 @@
 //! metrics and health servers, leader election, the AWS cloud, and the controllers, which run
 //! only on the elected leader). Everything the controllers share lives in [`Context`].
 
+pub mod allocator;
 mod context;
 pub mod events;
 pub mod finalizers;

@@ -41,6 +41,7 @@ pub async fn run(settings: Settings) -> Result<()> {
     init_logs(&settings.log_level);
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
+    tokio::spawn(super::allocator::release_freed_pages());
     let servers = tokio::spawn(server::serve(
         settings.metrics_port,
         settings.health_port,
