@@ -264,7 +264,7 @@ async fn provision(
             on_existing_or_in_flight = plan.existing.values().map(Vec::len).sum::<usize>(),
             new_nodeclaims = plan.nodeclaims.len(),
             unschedulable = plan.unschedulable.len(),
-            // Where a pass's time goes (the scale harness reads these).
+            // Where the pass's time went.
             types_ms = types_time.as_millis() as u64,
             build_ms = build_time.as_millis() as u64,
             solve_ms = solve_time.as_millis() as u64,
