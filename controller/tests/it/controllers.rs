@@ -1005,10 +1005,12 @@ async fn a_drain_waits_for_a_pod_disruption_budget_and_then_terminates() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_node_is_consolidated_away() {
     let _turn = crate::testenv::TURN.lock().await;
+    // A 5 s settle, as in the interruption test: with the suite's zero settle the fresh node
+    // went as empty before kube-scheduler bound batch-0 on a loaded machine (CI, 2026-12-07).
     let s = Scene::start(
         "ip-empty",
         json!({"disruption": {"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}}),
-        |_| {},
+        |settings| settings.disruption_settle = Duration::from_secs(5),
     )
     .await;
     s.pod("batch-0", "500m", json!({})).await;
