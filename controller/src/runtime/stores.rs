@@ -77,14 +77,14 @@ impl BufferStores {
     }
 }
 
-/// A cache of `api`'s objects, each as `trim` leaves it ([`super::trim`]).
-fn cache<K>(api: Api<K>, trim: fn(&mut K)) -> (Store<K>, impl Future<Output = ()>)
+/// A cache of every `K` in the cluster, each as `trim` leaves it ([`super::trim`]).
+fn cache<K>(client: &kube::Client, trim: fn(&mut K)) -> (Store<K>, impl Future<Output = ()>)
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
     K: serde::de::DeserializeOwned,
 {
     let (reader, writer) = reflector::store();
-    let objects = watcher(api, watcher::Config::default()).modify(trim);
+    let objects = watcher(Api::<K>::all(client.clone()), watcher::Config::default()).modify(trim);
     let stream = reflector::reflector(writer, objects)
         .backoff(watch_backoff())
         .applied_objects();
@@ -96,22 +96,19 @@ where
 impl Stores {
     /// The caches, and the future that keeps them filled (run it for the process's life).
     pub fn start(client: &kube::Client) -> (Stores, impl Future<Output = ()>) {
-        let (pods, a) = cache(Api::<Pod>::all(client.clone()), trim::pod);
-        let (nodes, b) = cache(Api::<Node>::all(client.clone()), trim::node);
-        let (nodeclaims, c) = cache(Api::<NodeClaim>::all(client.clone()), trim::metadata);
-        let (nodepools, d) = cache(Api::<NodePool>::all(client.clone()), trim::metadata);
-        let (nodeclasses, e) = cache(Api::<EC2NodeClass>::all(client.clone()), trim::metadata);
-        let (daemonsets, f) = cache(Api::<DaemonSet>::all(client.clone()), trim::metadata);
-        let (pdbs, g) = cache(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            trim::metadata,
-        );
-        let (nodeoverlays, h) = cache(Api::<NodeOverlay>::all(client.clone()), trim::metadata);
-        let (buffers, i) = cache(Api::<CapacityBuffer>::all(client.clone()), trim::metadata);
-        let (pod_templates, j) = cache(Api::<PodTemplate>::all(client.clone()), trim::metadata);
-        let (deployments, k) = cache(Api::<Deployment>::all(client.clone()), trim::metadata);
-        let (replicasets, l) = cache(Api::<ReplicaSet>::all(client.clone()), trim::metadata);
-        let (statefulsets, m) = cache(Api::<StatefulSet>::all(client.clone()), trim::metadata);
+        let (pods, a) = cache::<Pod>(client, trim::pod);
+        let (nodes, b) = cache::<Node>(client, trim::node);
+        let (nodeclaims, c) = cache::<NodeClaim>(client, trim::metadata);
+        let (nodepools, d) = cache::<NodePool>(client, trim::metadata);
+        let (nodeclasses, e) = cache::<EC2NodeClass>(client, trim::metadata);
+        let (daemonsets, f) = cache::<DaemonSet>(client, trim::metadata);
+        let (pdbs, g) = cache::<PodDisruptionBudget>(client, trim::metadata);
+        let (nodeoverlays, h) = cache::<NodeOverlay>(client, trim::metadata);
+        let (buffers, i) = cache::<CapacityBuffer>(client, trim::metadata);
+        let (pod_templates, j) = cache::<PodTemplate>(client, trim::metadata);
+        let (deployments, k) = cache::<Deployment>(client, trim::metadata);
+        let (replicasets, l) = cache::<ReplicaSet>(client, trim::metadata);
+        let (statefulsets, m) = cache::<StatefulSet>(client, trim::metadata);
         let run = async move {
             tokio::join!(a, b, c, d, e, f, g, h, i, j, k, l, m);
         };

@@ -8,15 +8,17 @@
 //! dropped here reads as unset everywhere.
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
-use kube::ResourceExt;
 
 /// kubectl's client-side apply keeps the whole object it applied in this annotation.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drops what no object's reader needs: the field managers and kubectl's copy.
 pub fn metadata<K: kube::Resource>(o: &mut K) {
-    o.managed_fields_mut().clear();
-    o.annotations_mut().remove(LAST_APPLIED);
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
 }
 
 /// A pod keeps its metadata, what scheduling reads of its spec (resources, ports, selectors,
@@ -65,6 +67,7 @@ pub fn node(n: &mut Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
 
     fn served_pod() -> Pod {
         serde_json::from_value(serde_json::json!({
