@@ -6,7 +6,7 @@ use std::sync::Arc;
 use kube::runtime::events::Recorder;
 
 use super::nominations::Nominations;
-use super::stores::Stores;
+use super::stores::{Feeds, Stores};
 use crate::cloud::{CloudProvider, InterruptionQueue};
 use crate::metrics::Metrics;
 use crate::settings::Settings;
@@ -25,7 +25,7 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context over fresh watch caches (the returned future keeps them filled).
+    /// A context over fresh watch caches (the returned feeds keep them filled).
     pub fn new(
         client: kube::Client,
         cloud: Arc<dyn CloudProvider>,
@@ -33,8 +33,8 @@ impl Context {
         settings: Settings,
         metrics: Arc<Metrics>,
         identity: &str,
-    ) -> (Context, impl std::future::Future<Output = ()>) {
-        let (stores, caches) = Stores::start(&client);
+    ) -> (Context, Feeds) {
+        let (stores, feeds) = Stores::start(&client);
         let reporter = kube::runtime::events::Reporter {
             controller: "jointer-controller".into(),
             instance: Some(identity.to_string()),
@@ -51,6 +51,6 @@ impl Context {
             recorder,
             nominations,
         };
-        (ctx, caches)
+        (ctx, feeds)
     }
 }

@@ -25,22 +25,22 @@ pub use process::run;
 
 use crate::controllers;
 
-/// Runs every controller over `ctx` (and the watch caches feeding it) until the process
+/// Runs every controller over `ctx` (and the watch caches feeding it, `feeds`) until the process
 /// stops. The controller tests call this with the simulated cloud.
 ///
 /// The provisioner and disruption loops get tasks of their own: a decision over a thousand
 /// nodes takes seconds of CPU, and in one joined task it would hold up launches and the
 /// lifecycle meanwhile. The tasks are aborted when this future is dropped (a lost Lease, a
 /// crash in the tests), so no controller outlives the leader that ran it.
-pub async fn run_controllers(ctx: Arc<Context>, caches: impl std::future::Future<Output = ()>) {
+pub async fn run_controllers(ctx: Arc<Context>, feeds: stores::Feeds) {
     let mut own = tokio::task::JoinSet::new();
     own.spawn(controllers::provisioner::run(ctx.clone()));
     own.spawn(controllers::disruption::run(ctx.clone()));
     tokio::join!(
-        caches,
+        feeds.caches,
         controllers::nodeclass::run(ctx.clone()),
         controllers::garbage::run(ctx.clone()),
-        controllers::nodeclaim::run(ctx.clone()),
+        controllers::nodeclaim::run(ctx.clone(), feeds.nodeclaim_changes),
         controllers::pool_status::run(ctx.clone()),
         controllers::static_pool::run(ctx.clone()),
         controllers::overlay_status::run(ctx.clone()),

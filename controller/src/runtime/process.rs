@@ -88,7 +88,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         let queue = settings.interruption_queue.clone().map(|name| {
             Arc::new(aws::Sqs::new(&config, name, metrics.clone())) as Arc<dyn InterruptionQueue>
         });
-        let (ctx, caches) = Context::new(
+        let (ctx, feeds) = Context::new(
             client.clone(),
             cloud,
             queue,
@@ -97,7 +97,7 @@ pub async fn run(settings: Settings) -> Result<()> {
             elector.identity(),
         );
         // Spawned, so a panicking controller ends leadership cleanly (the Lease is released).
-        let _ = tokio::spawn(run_controllers(Arc::new(ctx), caches)).await;
+        let _ = tokio::spawn(run_controllers(Arc::new(ctx), feeds)).await;
         Ok::<_, anyhow::Error>("a controller stopped")
     };
     let reason = tokio::select! {

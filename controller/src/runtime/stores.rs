@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ReflectHandle, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{watcher, WatchStreamExt};
 
@@ -84,21 +84,61 @@ where
     K: serde::de::DeserializeOwned,
 {
     let (reader, writer) = reflector::store();
+    (reader, fill(client, trim, writer))
+}
+
+/// The NodeClaim cache, and its changes for the lifecycle controller: one watch and one copy of
+/// each NodeClaim (kube's `Controller::new` keeps a second, untrimmed cache of its own: a third
+/// of the controller's heap went to NodeClaims at 500 nodes). A change waits for the controller
+/// once `CHANGES_BUFFERED` are unread, so the changes must be followed from the start.
+fn shared_cache<K>(
+    client: &kube::Client,
+    trim: fn(&mut K),
+) -> (Store<K>, ReflectHandle<K>, impl Future<Output = ()>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: serde::de::DeserializeOwned,
+{
+    const CHANGES_BUFFERED: usize = 1024;
+    let (reader, writer) = reflector::store_shared(CHANGES_BUFFERED);
+    let changes = writer
+        .subscribe()
+        .expect("a shared store hands out subscriptions");
+    (reader, changes, fill(client, trim, writer))
+}
+
+/// Keeps `writer`'s cache filled from a watch of every `K`, trimmed as it arrives.
+fn fill<K>(
+    client: &kube::Client,
+    trim: fn(&mut K),
+    writer: reflector::store::Writer<K>,
+) -> impl Future<Output = ()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: serde::de::DeserializeOwned,
+{
     let objects = watcher(Api::<K>::all(client.clone()), watcher::Config::default()).modify(trim);
     let stream = reflector::reflector(writer, objects)
         .backoff(watch_backoff())
         .applied_objects();
     // Boxed: a dozen watch streams joined inline make one future too large for a thread's
     // stack in unoptimized builds.
-    (reader, Box::pin(stream.for_each(|_| async {})))
+    Box::pin(stream.for_each(|_| async {}))
+}
+
+/// What keeps the caches filled (run it for the process's life, beside the controllers), and
+/// the NodeClaim changes the lifecycle controller follows.
+pub struct Feeds {
+    pub caches: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    pub nodeclaim_changes: ReflectHandle<NodeClaim>,
 }
 
 impl Stores {
-    /// The caches, and the future that keeps them filled (run it for the process's life).
-    pub fn start(client: &kube::Client) -> (Stores, impl Future<Output = ()>) {
+    /// The caches, and what feeds them.
+    pub fn start(client: &kube::Client) -> (Stores, Feeds) {
         let (pods, a) = cache::<Pod>(client, trim::pod);
         let (nodes, b) = cache::<Node>(client, trim::node);
-        let (nodeclaims, c) = cache::<NodeClaim>(client, trim::metadata);
+        let (nodeclaims, nodeclaim_changes, c) = shared_cache::<NodeClaim>(client, trim::metadata);
         let (nodepools, d) = cache::<NodePool>(client, trim::metadata);
         let (nodeclasses, e) = cache::<EC2NodeClass>(client, trim::metadata);
         let (daemonsets, f) = cache::<DaemonSet>(client, trim::metadata);
@@ -109,9 +149,9 @@ impl Stores {
         let (deployments, k) = cache::<Deployment>(client, trim::metadata);
         let (replicasets, l) = cache::<ReplicaSet>(client, trim::metadata);
         let (statefulsets, m) = cache::<StatefulSet>(client, trim::metadata);
-        let run = async move {
+        let caches = Box::pin(async move {
             tokio::join!(a, b, c, d, e, f, g, h, i, j, k, l, m);
-        };
+        });
         (
             Stores {
                 pods,
@@ -131,7 +171,10 @@ impl Stores {
                 },
                 synced: Default::default(),
             },
-            run,
+            Feeds {
+                caches,
+                nodeclaim_changes,
+            },
         )
     }
 

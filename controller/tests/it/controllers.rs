@@ -203,7 +203,7 @@ impl Scene {
             .controller_client
             .clone()
             .unwrap_or_else(|| self.client.clone());
-        let (ctx, caches) = Context::new(
+        let (ctx, feeds) = Context::new(
             client.clone(),
             self.sim.clone(),
             Some(self.queue.clone()),
@@ -211,7 +211,7 @@ impl Scene {
             metrics.clone(),
             identity,
         );
-        let controllers = run_controllers(Arc::new(ctx), caches);
+        let controllers = run_controllers(Arc::new(ctx), feeds);
         let Some(namespace) = self.settings.leader_election_namespace.clone() else {
             return tokio::spawn(controllers);
         };

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
+use kube::runtime::reflector::ReflectHandle;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -471,12 +471,11 @@ fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Act
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs until the stream ends (the process stops).
-pub async fn run(ctx: Arc<Context>) {
+/// Runs until the stream ends (the process stops), following `changes` of the NodeClaim cache.
+pub async fn run(ctx: Arc<Context>, changes: ReflectHandle<NodeClaim>) {
     // Launches read classes and nodes from the caches: wait for their first list.
     ctx.stores.ready().await;
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    Controller::for_shared_stream(changes, ctx.stores.nodeclaims.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;
