@@ -3,11 +3,11 @@
 //! and the same cluster objects the controller decides with.
 
 use anyhow::{bail, Context as _, Result};
+use jointer_controller::api::pod::Pod;
 use jointer_controller::core::disruption::{decide, Inputs as DecideInputs};
 use jointer_controller::core::pods::is_provisionable;
 use jointer_controller::core::scheduling::{solve, PodKey, SchedPod};
 use jointer_controller::core::state::{self, Snapshot};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::ResourceExt;
 use serde::Serialize;

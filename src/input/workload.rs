@@ -88,7 +88,7 @@ fn pod_from_template(meta: &ObjectMeta, template: &PodTemplateSpec, index: usize
         spec: template.spec.clone(),
         status: None,
     };
-    SchedPod::from_k8s(&pod, None)
+    SchedPod::from_k8s(&pod.into(), None)
 }
 
 fn replicas(meta: &ObjectMeta, template: &PodTemplateSpec, count: i32) -> Vec<SchedPod> {
@@ -156,7 +156,7 @@ fn read_document(
             let mut p: Pod = stream.typed_keeping_all(doc, "Pod")?;
             check_quantities(stream, doc, "spec", p.spec.as_ref().unwrap_or(&PodSpec::default()), &mut problems);
             p.metadata.namespace.get_or_insert_with(|| "default".into());
-            workload.pods.push(SchedPod::from_k8s(&p, None));
+            workload.pods.push(SchedPod::from_k8s(&p.into(), None));
         }
         (Some("apps/v1"), Some("DaemonSet")) => {
             let d: DaemonSet = stream.typed_keeping_all(doc, "DaemonSet")?;

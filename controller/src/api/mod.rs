@@ -14,6 +14,7 @@ pub mod labels;
 pub mod nodeclaim;
 pub mod nodeoverlay;
 pub mod nodepool;
+pub mod pod;
 pub mod quantity;
 pub mod requirements;
 pub mod schema;

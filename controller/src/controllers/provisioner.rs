@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::api::pod::Pod;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{EventType, Recorder};

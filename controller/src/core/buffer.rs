@@ -8,8 +8,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::api::pod::{Pod, PodSpec};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
@@ -197,7 +198,7 @@ pub fn resolve(buffer: &CapacityBuffer, sources: &Sources) -> Result<Resolved, B
     if let (Some(p), Some(w)) = (spec.percentage, workload_replicas) {
         counts.push(i64::from(from_percentage(p, w)));
     }
-    let chunk = pod_requests(&template.spec.clone().unwrap_or_default()).0;
+    let chunk = pod_requests(&template.spec.clone().map(PodSpec::from).unwrap_or_default()).0;
     match within_limits(buffer, &chunk) {
         Some(n) => counts.push(n),
         None if counts.is_empty() => {
@@ -250,9 +251,9 @@ pub fn virtual_pods(resolved: &Resolved, created: Option<&ObjectMeta>) -> Vec<Po
                 creation_timestamp: created.and_then(|m| m.creation_timestamp.clone()),
                 ..Default::default()
             },
-            spec: resolved.template.spec.clone().map(|mut s| {
-                s.node_name = None;
-                s
+            spec: resolved.template.spec.clone().map(|s| PodSpec {
+                node_name: None,
+                ..PodSpec::from(s)
             }),
             status: None,
         })

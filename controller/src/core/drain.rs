@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use crate::api::pod::Pod;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::labels::{DISRUPTED_TAINT, TERMINATION_TIMESTAMP};
@@ -178,7 +179,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         );
-        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        p.spec = Some(crate::api::pod::PodSpec {
             termination_grace_period_seconds: grace,
             ..Default::default()
         });

@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::api::pod::{Pod, PodSpec};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
@@ -133,7 +134,7 @@ fn daemon_pod(ds: &DaemonSet) -> Option<SchedPod> {
     metadata.name = Some(format!("{}-daemon", ds.name_any()));
     let pod = Pod {
         metadata,
-        spec: spec.template.spec.clone(),
+        spec: spec.template.spec.clone().map(PodSpec::from),
         status: None,
     };
     Some(SchedPod::from_k8s(&pod, None))

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
+use k8s_openapi::api::core::v1::{Node, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ReflectHandle, Store};
@@ -16,6 +16,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
+use crate::api::pod::Pod;
 use crate::api::{CapacityBuffer, NodeOverlay, NodePool};
 use crate::core::buffer;
 use crate::core::state::Snapshot;

@@ -1,13 +1,15 @@
 //! What the watch caches keep of an object: what the controllers read, not what the API
-//! server sends. At thousands of pods the pod cache is most of the controller's memory, and a
-//! pod as served is two thirds parts no decision looks at (its service-account volume alone is
-//! a third of it in memory; real pods add env, probes and mounts). Every cached object drops
-//! its managedFields and kubectl's last-applied copy of itself.
+//! server sends. At thousands of pods the pod cache is most of the controller's memory: a pod
+//! is cached as [`crate::api::pod::Pod`], which reads only the fields the decisions use, and
+//! keeps only kube-scheduler's condition. Every cached object drops its managedFields and
+//! kubectl's last-applied copy of itself.
 //!
 //! Whatever a controller starts reading from an object must stay out of these lists: a field
 //! dropped here reads as unset everywhere.
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+
+use crate::api::pod::Pod;
 
 /// kubectl's client-side apply keeps the whole object it applied in this annotation.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -21,39 +23,13 @@ pub fn metadata<K: kube::Resource>(o: &mut K) {
     }
 }
 
-/// A pod keeps its metadata, what scheduling reads of its spec (resources, ports, selectors,
-/// affinity, tolerations, spread, priority, node, grace period) and its phase, conditions and
-/// start time; its volumes, container statuses and each container's command, environment,
-/// mounts, probes and security context go (the controller ignores volume topology).
+/// A pod keeps its `PodScheduled` condition, the one whose reason says kube-scheduler could not
+/// place it; the kubelet's (Ready, ContainersReady, Initialized...) go.
 pub fn pod(p: &mut Pod) {
     metadata(p);
-    if let Some(spec) = p.spec.as_mut() {
-        spec.volumes = None;
-        spec.ephemeral_containers = None;
-        spec.containers.iter_mut().for_each(container);
-        spec.init_containers
-            .iter_mut()
-            .flatten()
-            .for_each(container);
+    if let Some(conditions) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        conditions.retain(|c| c.type_ == "PodScheduled");
     }
-    if let Some(status) = p.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-        status.resource_claim_statuses = None;
-    }
-}
-
-/// A container keeps its name, image, ports, resources and restart policy (a sidecar's).
-fn container(c: &mut Container) {
-    *c = Container {
-        name: std::mem::take(&mut c.name),
-        image: c.image.take(),
-        ports: c.ports.take(),
-        resources: c.resources.take(),
-        restart_policy: c.restart_policy.take(),
-        ..Container::default()
-    };
 }
 
 /// A node drops the list of images it holds (up to fifty names each, on a real node).
@@ -69,8 +45,8 @@ mod tests {
     use super::*;
     use kube::ResourceExt;
 
-    fn served_pod() -> Pod {
-        serde_json::from_value(serde_json::json!({
+    fn served_pod() -> serde_json::Value {
+        serde_json::json!({
             "metadata": {
                 "name": "web-1", "namespace": "default",
                 "labels": {"app": "web"},
@@ -102,52 +78,51 @@ mod tests {
             },
             "status": {
                 "phase": "Running",
-                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "PodScheduled", "status": "True"}
+                ],
                 "containerStatuses": [{
                     "name": "app", "image": "nginx", "imageID": "sha256:0", "ready": true,
                     "restartCount": 0
                 }]
             }
-        }))
-        .expect("pod")
+        })
     }
 
     #[test]
-    fn a_pod_keeps_what_scheduling_and_disruption_read_and_drops_the_rest() {
-        let mut pod = served_pod();
-        let before = pod.clone();
+    fn a_cached_pod_keeps_what_scheduling_and_disruption_read_and_drops_the_rest() {
+        let full: k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(served_pod()).expect("pod");
+        let mut pod: Pod = serde_json::from_value(served_pod()).expect("pod");
         super::pod(&mut pod);
 
-        assert!(pod
-            .metadata
-            .managed_fields
-            .as_ref()
-            .is_none_or(|m| m.is_empty()));
+        assert!(pod.metadata.managed_fields.is_none());
         assert_eq!(
             pod.annotations().keys().collect::<Vec<_>>(),
             ["karpenter.sh/do-not-disrupt"]
         );
-        assert_eq!(pod.metadata.labels, before.metadata.labels);
-        let (spec, was) = (pod.spec.as_ref().expect("spec"), before.spec.expect("spec"));
+        assert_eq!(pod.metadata.labels, full.metadata.labels);
+        let (spec, was) = (pod.spec.as_ref().expect("spec"), full.spec.expect("spec"));
         assert_eq!(spec.node_name, was.node_name);
         assert_eq!(spec.node_selector, was.node_selector);
         assert_eq!(spec.tolerations, was.tolerations);
         assert_eq!(spec.termination_grace_period_seconds, Some(30));
-        assert!(spec.volumes.is_none());
         let app = &spec.containers[0];
         assert_eq!(app.resources, was.containers[0].resources);
         assert_eq!(app.ports, was.containers[0].ports);
-        assert!(app.env.is_none() && app.liveness_probe.is_none() && app.volume_mounts.is_none());
         let proxy = &spec.init_containers.as_ref().expect("init")[0];
         assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
-        assert!(proxy.resources.is_some() && proxy.command.is_none());
+        assert!(proxy.resources.is_some());
         let status = pod.status.as_ref().expect("status");
         assert_eq!(status.phase.as_deref(), Some("Running"));
-        assert_eq!(
-            status.conditions,
-            before.status.as_ref().expect("status").conditions
-        );
-        assert!(status.container_statuses.is_none());
+        let kept: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(kept, ["PodScheduled"]);
     }
 
     #[test]

@@ -3,11 +3,12 @@
 //! retried on the next pass), or delete them when the NodeClaim's terminationGracePeriod ends.
 //! What happens to each pod is decided by [`crate::core::drain::pod_step`].
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams};
 use kube::ResourceExt;
 
+use crate::api::pod::Pod;
 use crate::core::drain::{pod_step, PodStep};
 
 /// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
@@ -29,7 +30,9 @@ pub async fn drain(
             continue;
         }
         left += 1;
-        let ns: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        // The eviction subresource is typed for k8s-openapi's pod.
+        let ns: Api<k8s::Pod> =
+            Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
         let id = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         let result = match step {
             PodStep::Ignore | PodStep::Wait => continue,

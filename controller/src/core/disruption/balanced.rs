@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::api::pod::Pod;
 use kube::ResourceExt;
 
 use super::candidates::Candidate;

@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::api::pod::Pod;
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::drift::drifted;

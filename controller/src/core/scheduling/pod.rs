@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::requirements::{normalize_key, Requirement, Requirements};
 use super::resources::{Resources, UnknownResource};
+use crate::api::pod::{Container, Pod, PodSpec};
 use crate::api::{labels, Operator, Quantity, TaintEffect};
 
 /// `namespace/name`
@@ -248,9 +249,9 @@ impl SchedPod {
 
     /// Converts a Kubernetes pod. `volume_zones` is the zone requirement of its bound volumes
     /// (from PVs/StorageClasses), when the caller knows one.
-    pub fn from_k8s(pod: &core::Pod, volume_zones: Option<&[String]>) -> Self {
+    pub fn from_k8s(pod: &Pod, volume_zones: Option<&[String]>) -> Self {
         let mut out = SchedPod::bound(pod);
-        let no_spec = core::PodSpec::default();
+        let no_spec = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&no_spec);
         let mut base = Requirements::new();
         for (k, v) in spec.node_selector.iter().flatten() {
@@ -322,9 +323,9 @@ impl SchedPod {
     /// (which holds newcomers off, as kube-scheduler's symmetry does). Where it may go is
     /// settled, so its node affinity, tolerations, spread and affinity are left out: at
     /// 10,000 bound pods, converting them every pass was a tenth of the controller's heap.
-    pub fn bound(pod: &core::Pod) -> Self {
+    pub fn bound(pod: &Pod) -> Self {
         let meta = &pod.metadata;
-        let no_spec = core::PodSpec::default();
+        let no_spec = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&no_spec);
         let (requests, unknown) = pod_requests(spec);
         let mut out = SchedPod::new(
@@ -387,7 +388,7 @@ fn quantities(
     Resources::from_quantities(&parsed)
 }
 
-fn container_requests(c: &core::Container) -> (Resources, Vec<UnknownResource>) {
+fn container_requests(c: &Container) -> (Resources, Vec<UnknownResource>) {
     let res = c.resources.as_ref();
     // Kubernetes defaults a missing request to the limit.
     let requests = res.and_then(|r| r.requests.as_ref());
@@ -399,7 +400,7 @@ fn container_requests(c: &core::Container) -> (Resources, Vec<UnknownResource>) 
 
 /// Effective requests: max(app containers + sidecars, each init container + the sidecars
 /// started before it) + pod overhead, plus one pod slot.
-pub fn pod_requests(spec: &core::PodSpec) -> (Resources, Vec<UnknownResource>) {
+pub fn pod_requests(spec: &PodSpec) -> (Resources, Vec<UnknownResource>) {
     let mut unknown = Vec::new();
     let mut app = Resources::ZERO;
     for c in &spec.containers {
@@ -517,7 +518,7 @@ fn weighted_terms(terms: Option<&[core::WeightedPodAffinityTerm]>) -> Vec<Affini
 mod tests {
     use super::*;
 
-    fn pod() -> core::Pod {
+    fn pod() -> Pod {
         let anti = serde_json::json!([{"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]);
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "db-0", "namespace": "data", "labels": {"app": "db"}},
