@@ -83,12 +83,12 @@ fn pod_from_template(meta: &ObjectMeta, template: &PodTemplateSpec, index: usize
         "{}-{index}",
         meta.name.as_deref().unwrap_or("unnamed")
     ));
-    let pod = Pod {
+    let pod = jointer_controller::api::pod::Pod {
         metadata,
-        spec: template.spec.clone(),
+        spec: template.spec.as_ref().map(Into::into),
         status: None,
     };
-    SchedPod::from_k8s(&pod.into(), None)
+    SchedPod::from_k8s(&pod, None)
 }
 
 fn replicas(meta: &ObjectMeta, template: &PodTemplateSpec, count: i32) -> Vec<SchedPod> {

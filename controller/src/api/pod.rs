@@ -101,48 +101,49 @@ impl k8s_openapi::Metadata for Pod {
     }
 }
 
-/// A full pod (a workload file's, a template's) keeps what this one has room for.
+/// A full pod (a workload file's) keeps what this one has room for.
 impl From<k8s::Pod> for Pod {
     fn from(p: k8s::Pod) -> Self {
         Pod {
-            metadata: p.metadata,
-            spec: p.spec.map(PodSpec::from),
+            spec: p.spec.as_ref().map(PodSpec::from),
             status: p.status.map(|s| PodStatus {
                 conditions: s.conditions,
                 phase: s.phase,
                 start_time: s.start_time,
             }),
+            metadata: p.metadata,
         }
     }
 }
 
-impl From<k8s::PodSpec> for PodSpec {
-    fn from(s: k8s::PodSpec) -> Self {
+/// A full spec (a template's) copies only the fields kept here.
+impl From<&k8s::PodSpec> for PodSpec {
+    fn from(s: &k8s::PodSpec) -> Self {
         let containers =
-            |list: Vec<k8s::Container>| list.into_iter().map(Container::from).collect();
+            |list: &[k8s::Container]| list.iter().map(Container::from).collect::<Vec<_>>();
         PodSpec {
-            affinity: s.affinity,
-            containers: containers(s.containers),
-            init_containers: s.init_containers.map(containers),
-            node_name: s.node_name,
-            node_selector: s.node_selector,
-            overhead: s.overhead,
+            affinity: s.affinity.clone(),
+            containers: containers(&s.containers),
+            init_containers: s.init_containers.as_deref().map(containers),
+            node_name: s.node_name.clone(),
+            node_selector: s.node_selector.clone(),
+            overhead: s.overhead.clone(),
             priority: s.priority,
             termination_grace_period_seconds: s.termination_grace_period_seconds,
-            tolerations: s.tolerations,
-            topology_spread_constraints: s.topology_spread_constraints,
+            tolerations: s.tolerations.clone(),
+            topology_spread_constraints: s.topology_spread_constraints.clone(),
         }
     }
 }
 
-impl From<k8s::Container> for Container {
-    fn from(c: k8s::Container) -> Self {
+impl From<&k8s::Container> for Container {
+    fn from(c: &k8s::Container) -> Self {
         Container {
-            name: c.name,
-            image: c.image,
-            ports: c.ports,
-            resources: c.resources,
-            restart_policy: c.restart_policy,
+            name: c.name.clone(),
+            image: c.image.clone(),
+            ports: c.ports.clone(),
+            resources: c.resources.clone(),
+            restart_policy: c.restart_policy.clone(),
         }
     }
 }

@@ -8,7 +8,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::api::pod::Pod;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -16,6 +15,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
 
 use crate::api::nodeclaim::NodeClaim;
+use crate::api::pod::Pod;
 use crate::api::NodePool;
 use crate::core::buffer;
 use crate::core::nodeclaim::from_plan;

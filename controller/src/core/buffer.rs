@@ -8,13 +8,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::api::pod::{Pod, PodSpec};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use crate::api::capacitybuffer::{CapacityBuffer, ACTIVE_CAPACITY};
+use crate::api::pod::{Pod, PodSpec};
 use crate::core::scheduling::pod::pod_requests;
 use crate::core::scheduling::{solve, ExistingNode, PodKey, Problem, Resources, SchedPod};
 
@@ -198,7 +198,14 @@ pub fn resolve(buffer: &CapacityBuffer, sources: &Sources) -> Result<Resolved, B
     if let (Some(p), Some(w)) = (spec.percentage, workload_replicas) {
         counts.push(i64::from(from_percentage(p, w)));
     }
-    let chunk = pod_requests(&template.spec.clone().map(PodSpec::from).unwrap_or_default()).0;
+    let chunk = pod_requests(
+        &template
+            .spec
+            .as_ref()
+            .map(PodSpec::from)
+            .unwrap_or_default(),
+    )
+    .0;
     match within_limits(buffer, &chunk) {
         Some(n) => counts.push(n),
         None if counts.is_empty() => {
@@ -242,6 +249,10 @@ pub fn buffer_name(key: &PodKey) -> &str {
 /// The placeholder pods of one resolved buffer (never sent to the API server).
 pub fn virtual_pods(resolved: &Resolved, created: Option<&ObjectMeta>) -> Vec<Pod> {
     let base = resolved.template.metadata.clone().unwrap_or_default();
+    let spec = resolved.template.spec.as_ref().map(|s| PodSpec {
+        node_name: None,
+        ..PodSpec::from(s)
+    });
     (0..resolved.replicas)
         .map(|i| Pod {
             metadata: ObjectMeta {
@@ -251,10 +262,7 @@ pub fn virtual_pods(resolved: &Resolved, created: Option<&ObjectMeta>) -> Vec<Po
                 creation_timestamp: created.and_then(|m| m.creation_timestamp.clone()),
                 ..Default::default()
             },
-            spec: resolved.template.spec.clone().map(|s| PodSpec {
-                node_name: None,
-                ..PodSpec::from(s)
-            }),
+            spec: spec.clone(),
             status: None,
         })
         .collect()

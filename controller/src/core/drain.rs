@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use crate::api::pod::Pod;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::labels::{DISRUPTED_TAINT, TERMINATION_TIMESTAMP};
 use crate::api::nodeclaim::NodeClaim;
+use crate::api::pod::Pod;
 use crate::core::pods::{must_evict, pod_do_not_disrupt};
 
 /// The node's taints with `karpenter.sh/disrupted:NoSchedule` added, or None when it has it.

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::pod::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::api::labels;
+use crate::api::pod::Pod;
 use crate::core::scheduling::pod::Selector;
 
 /// Succeeded or Failed: it holds no resources and will not run again.

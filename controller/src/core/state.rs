@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::api::pod::{Pod, PodSpec};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -17,6 +16,7 @@ use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::labels;
 use crate::api::labels::{DISRUPTED_TAINT, NOT_READY_TAINT, UNREACHABLE_TAINT, UNREGISTERED_TAINT};
 use crate::api::nodeclaim::NodeClaim;
+use crate::api::pod::{Pod, PodSpec};
 use crate::api::taint::{Taint, TaintEffect};
 use crate::api::{NodeOverlay, NodePool, Quantity};
 use crate::core::overlay::{Overlays, PoolTypes};
@@ -134,7 +134,7 @@ fn daemon_pod(ds: &DaemonSet) -> Option<SchedPod> {
     metadata.name = Some(format!("{}-daemon", ds.name_any()));
     let pod = Pod {
         metadata,
-        spec: spec.template.spec.clone().map(PodSpec::from),
+        spec: spec.template.spec.as_ref().map(PodSpec::from),
         status: None,
     };
     Some(SchedPod::from_k8s(&pod, None))

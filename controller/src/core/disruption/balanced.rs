@@ -5,10 +5,10 @@
 
 use std::collections::HashMap;
 
-use crate::api::pod::Pod;
 use kube::ResourceExt;
 
 use super::candidates::Candidate;
+use crate::api::pod::Pod;
 
 /// Upstream's default `consolidationThreshold`: approve at score ≥ 1/k.
 pub const THRESHOLD_K: f64 = 2.0;

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 
-use crate::api::pod::Pod;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
@@ -15,6 +14,7 @@ use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::duration::NillableDuration;
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
+use crate::api::pod::Pod;
 use crate::api::NodePool;
 use crate::core::pods::{blocked_by_pdb, do_not_disrupt, must_evict, pod_do_not_disrupt, since};
 use crate::core::state::node_is_going;
