@@ -5,6 +5,7 @@
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod class_types;
+pub mod revalidated;
 pub mod sim;
 pub mod unavailable;
 

@@ -26,6 +26,7 @@ use kube::ResourceExt;
 use crate::api::ec2nodeclass::EC2NodeClass;
 use crate::api::nodeclaim::NodeClaim;
 use crate::cloud::class_types::ClassTypes;
+use crate::cloud::revalidated::Revalidated;
 use crate::cloud::unavailable::Unavailable;
 use crate::cloud::{
     CloudError, CloudProvider, InstanceState, Launched, OwnedInstance, Resolution, TypesOfClass,
@@ -51,7 +52,8 @@ pub struct AwsCloud {
     estimates: Catalog,
     unavailable: Unavailable,
     reservations: Reservations,
-    offerings: tokio::sync::Mutex<Option<(Arc<RegionOfferings>, Instant)>>,
+    /// The region's instance types, zones and prices, refreshed in the background.
+    offerings: Revalidated<RegionOfferings>,
     /// Each class's instance types as last built from `offerings`.
     class_types: ClassTypes<offerings::TypesInputs>,
     /// Launch templates known to exist: name → id.
@@ -118,7 +120,7 @@ impl AwsCloud {
             estimates: Catalog::embedded()?,
             unavailable: Unavailable::default(),
             reservations: Reservations::default(),
-            offerings: tokio::sync::Mutex::new(None),
+            offerings: Revalidated::new(offerings::OFFERINGS_TTL, offerings::OFFERINGS_RETRY),
             class_types: ClassTypes::default(),
             templates: Mutex::new(BTreeMap::new()),
             metrics,

@@ -1,5 +1,6 @@
-//! The region's instance types, zones and prices, cached for five minutes, and the room left
-//! in the capacity reservations classes select: what a class's instance types are built from.
+//! The region's instance types, zones and prices (refetched in the background every five
+//! minutes) and the room left in the capacity reservations classes select: what a class's
+//! instance types are built from.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,9 +18,12 @@ use crate::cloud::class_types::mark_unavailable;
 use crate::cloud::{CloudError, TypesOfClass};
 use crate::core::scheduling::overhead::{kubelet_settings, KubeletSettings};
 use crate::core::scheduling::InstanceType;
+use crate::metrics::Metrics;
 
 /// How long fetched instance types, zones and prices are used before they are fetched again.
-const OFFERINGS_TTL: Duration = Duration::from_secs(300);
+pub(super) const OFFERINGS_TTL: Duration = Duration::from_secs(300);
+/// How soon a failed refetch is tried again (the previous offerings are used meanwhile).
+pub(super) const OFFERINGS_RETRY: Duration = Duration::from_secs(30);
 
 /// What a class's instance types are built from: the region's offerings as last fetched, and
 /// the class's zones, architectures, kubelet settings and reservations with room.
@@ -64,17 +68,20 @@ impl PartialEq for TypesInputs {
     }
 }
 
-impl AwsCloud {
-    /// The region's instance types, zones and prices, fetched again when older than 5 minutes.
-    /// Prices AWS will not give (no pricing:GetProducts, a partition without the Pricing API)
-    /// fall back to the embedded estimates with a warning; shapes and zones are required.
-    pub(super) async fn offerings(&self) -> Result<Arc<RegionOfferings>, CloudError> {
-        let mut cached = self.offerings.lock().await;
-        if let Some((o, at)) = cached.as_ref() {
-            if at.elapsed() < OFFERINGS_TTL {
-                return Ok(o.clone());
-            }
-        }
+/// What the region's offerings are fetched with, owned so a background refresh can outlive
+/// the pass that found them due.
+struct OfferingsSource {
+    ec2: aws_sdk_ec2::Client,
+    pricing: aws_sdk_pricing::Client,
+    region: String,
+    metrics: Arc<Metrics>,
+}
+
+impl OfferingsSource {
+    async fn fetch(
+        self,
+        previous: Option<Arc<RegionOfferings>>,
+    ) -> Result<RegionOfferings, CloudError> {
         let shapes = metered(
             &self.metrics,
             "ec2",
@@ -93,7 +100,6 @@ impl AwsCloud {
         self.metrics.call("pricing", "GetProducts", &on_demand);
         let spot = pricing::spot(&self.ec2, |_, _| {}).await;
         self.metrics.call("ec2", "DescribeSpotPriceHistory", &spot);
-        let previous = cached.as_ref().map(|(o, _)| o.clone());
         let on_demand = on_demand.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "on-demand prices unavailable; using the previous ones or the embedded estimates");
             previous.as_ref().map(|p| p.on_demand.clone()).unwrap_or_default()
@@ -108,15 +114,30 @@ impl AwsCloud {
             spot_priced = spot.len(),
             "instance types and prices refreshed"
         );
-        let fresh = Arc::new(RegionOfferings {
-            region: self.region.clone(),
+        Ok(RegionOfferings {
+            region: self.region,
             shapes,
             zones,
             on_demand,
             spot,
-        });
-        *cached = Some((fresh.clone(), Instant::now()));
-        Ok(fresh)
+        })
+    }
+}
+
+impl AwsCloud {
+    /// The region's instance types, zones and prices. Older than 5 minutes, they are still
+    /// served while a fresh copy is fetched in the background (only the first fetch is
+    /// awaited). Prices AWS will not give (no pricing:GetProducts, a partition without the
+    /// Pricing API) fall back to the previous ones or the embedded estimates with a warning;
+    /// shapes and zones are required.
+    pub(super) async fn offerings(&self) -> Result<Arc<RegionOfferings>, CloudError> {
+        let source = OfferingsSource {
+            ec2: self.ec2.clone(),
+            pricing: self.pricing.clone(),
+            region: self.region.clone(),
+            metrics: self.metrics.clone(),
+        };
+        self.offerings.get(|previous| source.fetch(previous)).await
     }
 
     /// Fetches the region's offerings ahead of any provisioning pass (a failure is only
