@@ -100,7 +100,13 @@ impl Controller {
             .env("POD_NAME", &self.identity)
             .env("METRICS_PORT", self.metrics_port.to_string())
             .env("HEALTH_PORT", (self.metrics_port + 1).to_string())
-            .env("LOG_LEVEL", "info")
+            // `JOINTER_CONTROLLER_LOG` (a tracing filter, e.g.
+            // `info,jointer_controller::controllers::disruption=debug` for why each node is
+            // kept) when a run needs more than the default.
+            .env(
+                "LOG_LEVEL",
+                std::env::var("JOINTER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::from(file.try_clone().expect("log")))
             .stderr(Stdio::from(file));
         if !self.options.default_timings {
