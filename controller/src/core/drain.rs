@@ -15,6 +15,7 @@ use crate::api::labels::{DISRUPTED_TAINT, TERMINATION_TIMESTAMP};
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::pod::Pod;
 use crate::core::pods::{must_evict, pod_do_not_disrupt};
+use crate::core::scheduling::pod::pod_requests;
 
 /// The node's taints with `karpenter.sh/disrupted:NoSchedule` added, or None when it has it.
 pub fn with_disrupted_taint(node: &Node) -> Option<Vec<Taint>> {
@@ -148,6 +149,38 @@ pub fn pod_step(pod: &Pod, now: Timestamp, deadline: Option<Timestamp>) -> PodSt
     }
 }
 
+/// What the drain does with each of a node's pods this pass: [`pod_step`], with evictions held
+/// to the largest pods left (by CPU, then memory). kube-scheduler takes pods first come, first
+/// served, each to the least allocated node that fits: evicted all at once, the small pods'
+/// replacements can take the room elsewhere that a big one needs, and it waits for a new node.
+/// Evicted biggest first, a size a pass, they arrive in that order, the order consolidation
+/// checks a deletion against ([`crate::core::scheduling::PodOrder::KubeScheduler`]). A big pod
+/// a PodDisruptionBudget holds back holds the smaller ones too: the node waits for it anyway.
+pub fn pass_steps(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> Vec<PodStep> {
+    let steps: Vec<PodStep> = pods.iter().map(|p| pod_step(p, now, deadline)).collect();
+    let size = |p: &Pod| {
+        let requests = p
+            .spec
+            .as_ref()
+            .map(|s| pod_requests(s).0)
+            .unwrap_or_default();
+        (requests.cpu, requests.memory)
+    };
+    let largest = pods
+        .iter()
+        .zip(&steps)
+        .filter(|(_, step)| **step == PodStep::Evict)
+        .map(|(p, _)| size(p))
+        .max();
+    pods.iter()
+        .zip(steps)
+        .map(|(p, step)| match step {
+            PodStep::Evict if Some(size(p)) < largest => PodStep::Wait,
+            step => step,
+        })
+        .collect()
+}
+
 /// How long until the next drain pass: the usual 2 s, or sooner when the deadline is nearer.
 pub fn next_pass(now: Timestamp, deadline: Option<Timestamp>) -> Duration {
     let usual = Duration::from_secs(2);
@@ -164,6 +197,8 @@ pub fn next_pass(now: Timestamp, deadline: Option<Timestamp>) -> Duration {
 mod tests {
     use super::*;
     use crate::core::pods::holders;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn at(seconds: i64) -> Timestamp {
@@ -371,6 +406,48 @@ mod tests {
             },
         ]);
         assert_eq!(pod_step(&daemon, at(0), Some(at(0))), PodStep::Ignore);
+    }
+
+    #[test]
+    fn pods_are_evicted_biggest_first_a_size_a_pass() {
+        let sized = |name: &str, cpu: &str, memory: &str, annotations: &[(&str, &str)]| {
+            let mut p = pod(None, annotations);
+            p.metadata.name = Some(name.into());
+            let requests = [("cpu", cpu), ("memory", memory)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect();
+            if let Some(spec) = p.spec.as_mut() {
+                spec.containers = vec![crate::api::pod::Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(requests),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }];
+            }
+            p
+        };
+        let stay = [("karpenter.sh/do-not-disrupt", "true")];
+        let pods = [
+            sized("web", "250m", "256Mi", &[]),
+            sized("worker-1", "1500m", "1Gi", &[]),
+            sized("worker-2", "1500m", "1Gi", &[]),
+            sized("worker-big", "1500m", "2Gi", &[]),
+            // A pod that is not to be evicted does not hold the others back.
+            sized("pinned", "4", "8Gi", &stay),
+        ];
+        let steps = |pods: &[Pod]| pass_steps(pods, at(0), None);
+        use PodStep::{Evict, Wait};
+        assert_eq!(steps(&pods), [Wait, Wait, Wait, Evict, Wait]);
+        assert_eq!(steps(&pods[..3]), [Wait, Evict, Evict]);
+        assert_eq!(steps(&pods[..1]), [Evict]);
+        // At the deadline everything goes at once, whatever its size.
+        let deadline = Some(at(0));
+        assert!(pass_steps(&pods[..3], at(0), deadline)
+            .iter()
+            .all(|s| matches!(s, PodStep::Delete { .. })));
     }
 
     #[test]

@@ -305,10 +305,17 @@ fn a_node_whose_pods_fit_elsewhere_is_deleted_without_a_replacement() {
     assert!(c.replacements.is_empty());
 }
 
-/// Node a (8 CPU) holds pods of 1.5, 0.5 and 0.5 CPU; b and c (4 CPU) stay, with `c_used`
-/// CPU taken on c and 2.5 on b.
-fn one_big_two_small_pods_to_move(c_used: &str) -> Snapshot {
+/// Node a (8 CPU) holds pods `a-0`, `a-1`, … of `sizes` CPU; b and c (4 CPU) stay, with
+/// `b_used` and `c_used` CPU taken.
+fn pods_to_move(sizes: &[&str], b_used: &str, c_used: &str) -> Snapshot {
     let stay = json!({"karpenter.sh/do-not-disrupt": "true"});
+    let mut pods: Vec<Value> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, cpu)| pod(&format!("a-{i}"), "a", cpu, json!({})))
+        .collect();
+    pods.push(pod("b-stays", "b", b_used, stay.clone()));
+    pods.push(pod("c-stays", "c", c_used, stay));
     snapshot(
         pool(json!({"consolidateAfter": "30s"}), "720h"),
         &[
@@ -316,33 +323,29 @@ fn one_big_two_small_pods_to_move(c_used: &str) -> Snapshot {
             node("b", "mid", 4, LONG_AGO, json!({})),
             node("c", "mid", 4, LONG_AGO, json!({})),
         ],
-        &[
-            pod("big", "a", "1500m", json!({})),
-            pod("small-1", "a", "500m", json!({})),
-            pod("small-2", "a", "500m", json!({})),
-            pod("b-stays", "b", "2500m", stay.clone()),
-            pod("c-stays", "c", c_used, stay),
-        ],
+        &pods,
     )
 }
 
 #[test]
 fn a_node_stays_when_kube_scheduler_could_bind_its_pods_so_one_finds_no_room() {
-    // b has 1.5 CPU free and c 1.0: the pods fit (big on b, the small ones on c), but
-    // kube-scheduler sends each evicted pod to the least allocated node: a small one to b,
-    // then the other to b or c, and the big one finds no 1.5 CPU anywhere. Deleting a would
-    // buy a node for it, which the next pass would find underused: the churn upstream users
-    // report. So a stays, and says why.
-    let d = run(&one_big_two_small_pods_to_move("3"));
+    // b has 1.2 CPU free and c 2.0: the pods fit as planned (1.2 on b, both 1.0 on c), but
+    // kube-scheduler sends each evicted pod to the least allocated node, the biggest first as
+    // the drain evicts them: 1.2 to c, a 1.0 to b, and the other 1.0 finds no room. Deleting a
+    // would buy a node for it, which the next pass would find underused: the churn upstream
+    // users report. So a stays, and says why.
+    let d = run(&pods_to_move(&["1200m", "1", "1"], "2800m", "2"));
     assert!(d.command.is_none(), "{:?}", d.command);
     let why = kept_reason(&d, "claim-a");
     assert!(
         why.contains("bound by kube-scheduler")
-            && why.contains("pod default/big would find no room"),
+            && why.contains("pod default/a-2 would find no room"),
         "{why}"
     );
-    // With 2.5 CPU free on c, the small ones take 1 of it and the big one still finds room.
-    let d = run(&one_big_two_small_pods_to_move("1500m"));
+    // b has 1.5 free and c 1.0: the 1.5 CPU pod, evicted first, takes b, and the two of 0.5
+    // take c. (Evicted all at once, the small ones could reach b first and strand the big one:
+    // why the drain goes biggest first.)
+    let d = run(&pods_to_move(&["1500m", "500m", "500m"], "2500m", "3"));
     let why = kept_reason(&d, "claim-a");
     let c = d.command.unwrap_or_else(|| panic!("{why}"));
     assert_eq!(c.candidates, ["claim-a"]);

@@ -1,7 +1,8 @@
 //! The drain's I/O (the node is tainted first, `runtime::taints`): evict its pods through the
 //! eviction API, which honours PodDisruptionBudgets (a 429 means a budget says not now:
 //! retried on the next pass), or delete them when the NodeClaim's terminationGracePeriod ends.
-//! What happens to each pod is decided by [`crate::core::drain::pod_step`].
+//! What happens to each pod is decided by [`crate::core::drain::pass_steps`] (the biggest pods
+//! first, a size a pass).
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::jiff::Timestamp;
@@ -9,7 +10,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams};
 use kube::ResourceExt;
 
 use crate::api::pod::Pod;
-use crate::core::drain::{pod_step, PodStep};
+use crate::core::drain::{pass_steps, PodStep};
 
 /// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
 /// still hold it.
@@ -22,10 +23,9 @@ pub async fn drain(
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await?;
-    let now = Timestamp::now();
+    let steps = pass_steps(&on_node.items, Timestamp::now(), deadline);
     let mut left = 0;
-    for pod in &on_node.items {
-        let step = pod_step(pod, now, deadline);
+    for (pod, step) in on_node.items.iter().zip(steps) {
         if step == PodStep::Ignore {
             continue;
         }

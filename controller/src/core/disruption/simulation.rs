@@ -105,10 +105,10 @@ impl World {
 
     /// Whether the candidates' pods still all find room on the remaining nodes when
     /// kube-scheduler binds them, not the plan: it sends each evicted pod to the least
-    /// allocated node, so small pods can take the room the plan kept for a big one, which
-    /// then waits for a new node — and the next pass finds that node underused again, a loop
-    /// that deletes and buys a node a minute (aws/karpenter-provider-aws#3921). Checked for
-    /// the order worst for the big pods ([`PodOrder::KubeScheduler`]).
+    /// allocated node, so a pod can take the room the plan kept for another, which then waits
+    /// for a new node — and the next pass finds that node underused again, a loop that
+    /// deletes and buys a node a minute (aws/karpenter-provider-aws#3921). Checked in the
+    /// order the drain hands them over, biggest first ([`PodOrder::KubeScheduler`]).
     pub fn binds_all(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<(), String> {
         let (_, problem) = self.without(inputs, cands);
         let problem = Problem {
@@ -122,7 +122,7 @@ impl World {
         match solve_with(&problem, policies).unschedulable.first() {
             None => Ok(()),
             Some(u) => Err(format!(
-                "its pods fit the other nodes only as planned: bound by kube-scheduler (each on the least allocated node, smallest first), {} would find no room and wait for a new node",
+                "its pods fit the other nodes only as planned: bound by kube-scheduler (biggest first, as the drain evicts them, each on the least allocated node), {} would find no room and wait for a new node",
                 whose(u)
             )),
         }

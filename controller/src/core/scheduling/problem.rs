@@ -124,10 +124,11 @@ pub enum PodOrder {
     /// Biggest first (upstream's order), each on the first node that takes it: dense.
     #[default]
     Packing,
-    /// As kube-scheduler's default profile could bind them at worst: smallest first (its
-    /// queue order among equal priorities is arrival, which nothing controls), each on the
-    /// node that takes it with the most room left (NodeResourcesFit `LeastAllocated`), so the
-    /// small pods take the room a big one was planned into.
+    /// As kube-scheduler's default profile binds pods the drain evicts: biggest first (its
+    /// queue order among equal priorities is arrival, and the drain evicts a node's biggest
+    /// pods first, a size a pass: `core::drain::pass_steps`), each on the node that takes it
+    /// with the most room left (NodeResourcesFit `LeastAllocated`), which need not be where
+    /// the plan put it.
     KubeScheduler,
 }
 

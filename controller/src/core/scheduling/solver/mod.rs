@@ -268,12 +268,12 @@ impl<'a> Solver<'a> {
         self.into_plan(unschedulable)
     }
 
-    /// The pods one by one, smallest first ([`PodOrder::KubeScheduler`]).
+    /// The pods one by one, biggest first ([`PodOrder::KubeScheduler`]).
     fn run_as_kube_scheduler(mut self, mut order: Vec<usize>) -> Plan {
         let pods = &self.problem.pods;
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&pods[a], &pods[b]);
-            by_size(pa, pb).then_with(|| pa.key.cmp(&pb.key))
+            by_size(pb, pa).then_with(|| pa.key.cmp(&pb.key))
         });
         let mut unschedulable = Vec::new();
         for p in order {
