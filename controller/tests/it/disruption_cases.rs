@@ -412,6 +412,66 @@ fn several_nodes_are_consolidated_at_once_when_no_single_one_can_go() {
     assert!(run(&snap).command.is_none());
 }
 
+/// Five 4-CPU nodes of the pool's one type ($0.2): a, b and c hold two pods of 1.3 CPU and one
+/// of 0.5 each (0.9 CPU free), s1 and s2 one pod of `stays_cpu` that stays.
+fn fragmented(stays_cpu: &str) -> Snapshot {
+    let stay = json!({"karpenter.sh/do-not-disrupt": "true"});
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for name in ["a", "b", "c", "s1", "s2"] {
+        nodes.push(node(name, "mid", 4, LONG_AGO, json!({})));
+        if name.starts_with('s') {
+            pods.push(pod(&format!("{name}-stays"), name, stays_cpu, stay.clone()));
+            continue;
+        }
+        for (i, cpu) in ["1300m", "1300m", "500m"].iter().enumerate() {
+            pods.push(pod(&format!("{name}-{i}"), name, cpu, json!({})));
+        }
+    }
+    snapshot(pool_of_unbounded_budget(), &nodes, &pods)
+}
+
+#[test]
+fn fragmented_nodes_are_repacked_onto_fewer_new_ones() {
+    // No node can go (its 1.3 CPU pods fit no other node's 0.9 CPU), and no two fit one new
+    // node (four of 1.3 CPU do not fit 4 CPU). All three do fit two: three 1.3 CPU pods on
+    // each, the 0.5 CPU ones on s1 and s2 (1 CPU free each). Biggest first, each on the least
+    // allocated node, kube-scheduler binds them the same way.
+    let mid = || vec![itype("mid", 4, 0.2)];
+    let d = run_over(&fragmented("3"), mid());
+    let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
+    assert_eq!(c.method, Method::Underutilized);
+    assert_eq!(c.candidates, ["claim-a", "claim-b", "claim-c"]);
+    assert_eq!(c.replacements.len(), 2);
+    assert!((c.saving - 0.2).abs() < 1e-9, "{}", c.saving);
+    // Validated as any consolidation: simulated again over its own candidates.
+    let snap = fragmented("3");
+    let types = class_c(mid());
+    let (types_of_pool, _) = types_of_pools(&snap, &types);
+    let inputs = Inputs {
+        snapshot: &snap,
+        types_of_class: &types,
+        types_of_pool: &types_of_pool,
+        now: NOW.parse::<Timestamp>().unwrap(),
+        settle: Duration::from_secs(30),
+        spot_to_spot: false,
+        single_node_from: None,
+        nominated: &HashSet::new(),
+        policies: Default::default(),
+        timeouts: ConsolidationTimeouts::default(),
+    };
+    let again = revalidate(&inputs, &c).expect("still valid");
+    assert!(again.same_as(&c));
+    // With s1 and s2 full, the 0.5 CPU pods need a third node: nothing saved, nothing done.
+    let d = run_over(&fragmented("4"), mid());
+    assert!(d.command.is_none(), "{:?}", d.command);
+    assert!(
+        kept_reason(&d, "claim-a").contains("no replacement is cheaper"),
+        "{:?}",
+        d.kept
+    );
+}
+
 /// Two full nodes (a 3-CPU pod each) and two quarter-full ones (two 500m pods each), all
 /// 4-CPU nodes at $0.2, in `order`.
 fn two_full_two_quarter_full(order: &[&str]) -> Snapshot {

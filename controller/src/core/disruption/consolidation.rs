@@ -4,7 +4,6 @@
 //! over the cluster without the candidates, so a decision never strands a pod.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 
 use kube::ResourceExt;
 
@@ -16,11 +15,15 @@ use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::scheduling::pod::pod_requests;
-use crate::core::scheduling::{CapacityType, InstanceType, Requirement, Resources};
+use crate::core::scheduling::{CapacityType, NodeClaimPlan, Requirement, Resources};
 use crate::core::state::resources;
 
 /// Multi-node consolidation looks at no more candidates than this.
 const MULTI_NODE_MAX: usize = 100;
+
+/// A repack takes at most this many nodes: it disrupts every one of them, so it is kept to
+/// steps of a few nodes.
+pub const REPACK_MAX: usize = 10;
 
 /// A spot node is replaced by spot only when at least this many cheaper types remain, so the
 /// replacement does not chase the single cheapest (and most interrupted) pool.
@@ -168,7 +171,12 @@ pub fn revalidate(
         return Err("its NodePool no longer consolidates underutilized nodes".into());
     }
     within_budgets(&theirs, budgets).map_err(|(name, why)| format!("NodeClaim {name}: {why}"))?;
-    let again = simulate(inputs, &World::default(), &theirs, totals)?;
+    let moves = if command.replacements.len() > 1 {
+        Moves::Repack
+    } else {
+        Moves::DeleteOrReplace
+    };
+    let again = simulate(inputs, &World::default(), &theirs, totals, moves)?;
     if again.same_as(command) {
         Ok(again)
     } else {
@@ -192,14 +200,26 @@ pub fn multi_node(
     }
     // Savings need not grow with the prefix (two nodes may gain nothing where three do): the
     // whole prefix is tried first, then the search runs below it.
-    match simulate(inputs, world, &allowed[..hi], totals) {
+    match simulate(
+        inputs,
+        world,
+        &allowed[..hi],
+        totals,
+        Moves::DeleteOrReplace,
+    ) {
         Ok(command) => return Some(command),
         Err(_) => hi -= 1,
     }
     let mut best = None;
     while lo <= hi && started.elapsed() < inputs.timeouts.multi_node {
         let mid = (lo + hi) / 2;
-        match simulate(inputs, world, &allowed[..mid], totals) {
+        match simulate(
+            inputs,
+            world,
+            &allowed[..mid],
+            totals,
+            Moves::DeleteOrReplace,
+        ) {
             Ok(command) => {
                 if best.as_ref().is_none_or(|b| better(&command, b)) {
                     best = Some(command);
@@ -262,7 +282,7 @@ pub fn single_node(
             ));
             continue;
         }
-        match simulate(inputs, world, &[c], totals) {
+        match simulate(inputs, world, &[c], totals, Moves::DeleteOrReplace) {
             Ok(command) => {
                 return SingleNode {
                     command: Some(command),
@@ -276,6 +296,33 @@ pub fn single_node(
         command: None,
         stopped_at,
     }
+}
+
+/// When neither several nodes at once nor one at a time can go: the first 3 to
+/// [`REPACK_MAX`] candidates (the emptiest), replaced by fewer new nodes than they are, their
+/// small pods taking the room left elsewhere (ours; upstream replaces several nodes by one at
+/// most, so a cluster whose every node has less room than its biggest pods stays as
+/// fragmented as it is). Of the prefixes that can go, the one that saves most, within the
+/// multi-node time bound.
+pub fn repack(
+    inputs: &Inputs,
+    world: &World,
+    allowed: &[&Candidate],
+    totals: &HashMap<String, PoolTotals>,
+) -> Option<Command> {
+    let started = std::time::Instant::now();
+    let mut best: Option<Command> = None;
+    for n in 3..=allowed.len().min(REPACK_MAX) {
+        if n > 3 && started.elapsed() >= inputs.timeouts.multi_node {
+            break;
+        }
+        if let Ok(command) = simulate(inputs, world, &allowed[..n], totals, Moves::Repack) {
+            if best.as_ref().is_none_or(|b| better(&command, b)) {
+                best = Some(command);
+            }
+        }
+    }
+    best
 }
 
 /// Why a move saving `saving` USD/hour by disrupting `cands` is not worth it under
@@ -308,95 +355,142 @@ fn balanced_shortfall(
     (!score.approves()).then(|| score.shortfall(&names.join(", ")))
 }
 
-/// Delete the candidates, or replace them with one node strictly cheaper than their sum;
+/// Which moves a simulation may come to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moves {
+    /// Delete the candidates, or replace them with one node strictly cheaper (upstream's).
+    DeleteOrReplace,
+    /// Also replace them with fewer new nodes than they are ([`repack`]).
+    Repack,
+}
+
+/// Delete the candidates, or replace them as `moves` allows, strictly cheaper than their sum;
 /// under `Balanced`, only when the savings are worth the disruption.
 fn simulate(
     inputs: &Inputs,
     world: &World,
     cands: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
+    moves: Moves,
 ) -> Result<Command, String> {
-    let command = move_for(inputs, world, cands)?;
+    let command = move_for(inputs, world, cands, moves)?;
     match balanced_shortfall(cands, command.saving, totals) {
         Some(why) => Err(why),
         None => Ok(command),
     }
 }
 
-fn move_for(inputs: &Inputs, world: &World, cands: &[&Candidate]) -> Result<Command, String> {
+fn move_for(
+    inputs: &Inputs,
+    world: &World,
+    cands: &[&Candidate],
+    moves: Moves,
+) -> Result<Command, String> {
     let price: f64 = cands
         .iter()
         .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))
         .sum::<Result<f64, _>>()?;
     let plan = world.reschedule(inputs, cands)?;
-    let names: Vec<String> = cands.iter().map(|c| c.claim.name_any()).collect();
-    match plan.nodeclaims.as_slice() {
-        [] => world.binds_all(inputs, cands).map(|()| Command {
-            method: Method::Underutilized,
-            candidates: names,
-            replacements: Vec::new(),
-            saving: price,
-            drain_bound: None,
-            why: None,
-        }),
-        [one] => {
-            let spot = cands.iter().any(|c| {
-                c.claim
-                    .labels()
-                    .get(labels::CAPACITY_TYPE)
-                    .map(String::as_str)
-                    == Some(labels::CAPACITY_SPOT)
-            });
-            if spot && !inputs.spot_to_spot {
-                return Err("its pods need a new node, and a spot node is not replaced by another spot node (SPOT_TO_SPOT_CONSOLIDATION is off)".into());
-            }
-            let mut requirements = one.requirements.clone();
-            // On-demand replaced by a mixed choice: pinned to spot, the only way it is cheaper.
-            let allows_spot = requirements
-                .get(labels::CAPACITY_TYPE)
-                .is_none_or(|r| r.has(labels::CAPACITY_SPOT));
-            let spot_offered = one.instance_types.iter().any(|t| {
-                t.offerings
-                    .iter()
-                    .any(|o| o.capacity_type == CapacityType::Spot && o.available)
-            });
-            if allows_spot && spot_offered {
-                requirements.add(
-                    labels::CAPACITY_TYPE,
-                    Requirement::any_of([labels::CAPACITY_SPOT]),
-                );
-            }
-            let cheaper: Vec<Arc<InstanceType>> = one
-                .instance_types
-                .iter()
-                .filter(|t| worst_price(t, &requirements).is_some_and(|w| w < price))
-                .cloned()
-                .collect();
-            let Some(best) = cheaper
-                .iter()
-                .filter_map(|t| t.cheapest(&requirements).map(|o| o.price))
-                .min_by(f64::total_cmp)
-            else {
-                return Err(format!("no replacement is cheaper than ${price:.4}/h"));
-            };
-            if spot && cheaper.len() < SPOT_TO_SPOT_MIN_TYPES {
-                return Err(format!(
-                    "only {} spot types are cheaper (spot-to-spot needs {SPOT_TO_SPOT_MIN_TYPES})",
-                    cheaper.len()
-                ));
-            }
-            let mut replacement = one.clone();
-            replacement.requirements = requirements;
-            replacement.instance_types = cheaper;
-            Ok(Command {
-                method: Method::Underutilized,
-                candidates: names,
-                replacements: vec![replacement],
-                saving: price - best,
-                drain_bound: None,
-                why: None,
-            })
-        }
-        more => Err(format!("its pods would need {} new nodes", more.len())),
+    let spot = cands.iter().any(|c| {
+        c.claim
+            .labels()
+            .get(labels::CAPACITY_TYPE)
+            .map(String::as_str)
+            == Some(labels::CAPACITY_SPOT)
+    });
+    if spot && !inputs.spot_to_spot && !plan.nodeclaims.is_empty() {
+        return Err("its pods need a new node, and a spot node is not replaced by another spot node (SPOT_TO_SPOT_CONSOLIDATION is off)".into());
     }
+    let replacements = match plan.nodeclaims.len() {
+        0 => {
+            world.binds_all(inputs, cands, &[])?;
+            Vec::new()
+        }
+        1 => vec![cheaper_one(&plan.nodeclaims[0], price, spot)?],
+        n if n < cands.len() && moves == Moves::Repack => {
+            let fewer = fewer_cheaper(&plan.nodeclaims, price, spot)?;
+            world.binds_all(inputs, cands, &fewer)?;
+            fewer
+        }
+        n => return Err(format!("its pods would need {n} new nodes")),
+    };
+    let launched: f64 = replacements.iter().map(cheapest_launch).sum();
+    Ok(Command {
+        method: Method::Underutilized,
+        candidates: cands.iter().map(|c| c.claim.name_any()).collect(),
+        replacements,
+        saving: price - launched,
+        drain_bound: None,
+        why: None,
+    })
+}
+
+/// One node for the candidates' pods, with only the types whose worst-case price is below
+/// what the candidates cost. An on-demand node whose replacement may be spot is replaced by
+/// spot, the only way the same pods get cheaper on one node.
+fn cheaper_one(one: &NodeClaimPlan, price: f64, spot: bool) -> Result<NodeClaimPlan, String> {
+    let mut requirements = one.requirements.clone();
+    let allows_spot = requirements
+        .get(labels::CAPACITY_TYPE)
+        .is_none_or(|r| r.has(labels::CAPACITY_SPOT));
+    let spot_offered = one.instance_types.iter().any(|t| {
+        t.offerings
+            .iter()
+            .any(|o| o.capacity_type == CapacityType::Spot && o.available)
+    });
+    if allows_spot && spot_offered {
+        requirements.add(
+            labels::CAPACITY_TYPE,
+            Requirement::any_of([labels::CAPACITY_SPOT]),
+        );
+    }
+    let replacement = NodeClaimPlan {
+        requirements,
+        ..one.clone()
+    };
+    below(replacement, price, spot)
+}
+
+/// Several nodes, fewer than the candidates, for their pods: a repack (ours; upstream
+/// replaces several nodes by one at most). When every node's free room is smaller than its
+/// biggest pods, no node can go and no two fit one node, yet the cluster is far from dense:
+/// the candidates' small pods take the room elsewhere and the big ones are packed anew. Each
+/// replacement keeps the types whose worst-case price is below an equal share of what the
+/// candidates cost, so the move saves whichever of them the launches get.
+fn fewer_cheaper(
+    new: &[NodeClaimPlan],
+    price: f64,
+    spot: bool,
+) -> Result<Vec<NodeClaimPlan>, String> {
+    let share = price / new.len() as f64;
+    new.iter().map(|n| below(n.clone(), share, spot)).collect()
+}
+
+/// `replacement` with only the types whose worst-case price is below `price`; for spot
+/// candidates, only when enough of them remain.
+fn below(mut replacement: NodeClaimPlan, price: f64, spot: bool) -> Result<NodeClaimPlan, String> {
+    let requirements = &replacement.requirements;
+    replacement
+        .instance_types
+        .retain(|t| worst_price(t, requirements).is_some_and(|w| w < price));
+    if replacement.instance_types.is_empty() {
+        return Err(format!("no replacement is cheaper than ${price:.4}/h"));
+    }
+    if spot && replacement.instance_types.len() < SPOT_TO_SPOT_MIN_TYPES {
+        return Err(format!(
+            "only {} spot types are cheaper (spot-to-spot needs {SPOT_TO_SPOT_MIN_TYPES})",
+            replacement.instance_types.len()
+        ));
+    }
+    Ok(replacement)
+}
+
+/// What `replacement` costs at the cheapest offering it allows (`below` kept at least one).
+fn cheapest_launch(replacement: &NodeClaimPlan) -> f64 {
+    replacement
+        .instance_types
+        .iter()
+        .filter_map(|t| t.cheapest(&replacement.requirements).map(|o| o.price))
+        .min_by(f64::total_cmp)
+        .unwrap_or(0.0)
 }

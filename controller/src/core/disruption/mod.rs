@@ -176,6 +176,13 @@ pub fn decide(inputs: &Inputs) -> Decision {
                     );
                     stopped_at = single.stopped_at;
                     single.command
+                })
+                // Only once single-node consolidation has tried every candidate.
+                .or_else(|| {
+                    let tried_all = stopped_at.is_none();
+                    tried_all
+                        .then(|| consolidation::repack(inputs, &world, &allowed.together, &totals))
+                        .flatten()
                 });
             found.kept.extend(kept);
             command

@@ -8,15 +8,18 @@
 
 use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
 use kube::ResourceExt;
 
 use super::candidates::Candidate;
 use super::Inputs;
 use crate::api::conditions::{is_true, INITIALIZED};
+use crate::api::labels;
 use crate::core::buffer::{self, buffer_name};
 use crate::core::scheduling::{
-    solve_with, Plan, PodOrder, Policies, Problem, SchedPod, Unschedulable,
+    solve_with, ExistingNode, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput, Problem,
+    SchedPod, Unschedulable,
 };
 use crate::core::state::{build, registered_nodes};
 
@@ -103,14 +106,25 @@ impl World {
         Ok(plan)
     }
 
-    /// Whether the candidates' pods still all find room on the remaining nodes when
-    /// kube-scheduler binds them, not the plan: it sends each evicted pod to the least
-    /// allocated node, so a pod can take the room the plan kept for another, which then waits
-    /// for a new node — and the next pass finds that node underused again, a loop that
-    /// deletes and buys a node a minute (aws/karpenter-provider-aws#3921). Checked in the
-    /// order the drain hands them over, biggest first ([`PodOrder::KubeScheduler`]).
-    pub fn binds_all(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<(), String> {
-        let (_, problem) = self.without(inputs, cands);
+    /// Whether the candidates' pods still all find room on the remaining nodes (and on the
+    /// `replacements`, once launched) when kube-scheduler binds them, not the plan: it sends
+    /// each evicted pod to the least allocated node, so a pod can take the room the plan kept
+    /// for another, which then waits for a new node — and the next pass finds that node
+    /// underused again, a loop that deletes and buys a node a minute
+    /// (aws/karpenter-provider-aws#3921). Checked in the order the drain hands them over,
+    /// biggest first ([`PodOrder::KubeScheduler`]).
+    pub fn binds_all(
+        &self,
+        inputs: &Inputs,
+        cands: &[&Candidate],
+        replacements: &[NodeClaimPlan],
+    ) -> Result<(), String> {
+        let (_, mut problem) = self.without(inputs, cands);
+        for r in replacements {
+            let launched = as_launched(r, &problem.pools)
+                .ok_or_else(|| format!("replacement {} has no offering to launch", r.hostname))?;
+            problem.existing.push(Arc::new(launched));
+        }
         let problem = Problem {
             pools: Vec::new(),
             ..problem
@@ -122,7 +136,7 @@ impl World {
         match solve_with(&problem, policies).unschedulable.first() {
             None => Ok(()),
             Some(u) => Err(format!(
-                "its pods fit the other nodes only as planned: bound by kube-scheduler (biggest first, as the drain evicts them, each on the least allocated node), {} would find no room and wait for a new node",
+                "its pods fit only as planned: bound by kube-scheduler (biggest first, as the drain evicts them, each on the least allocated node), {} would find no room and wait for a new node",
                 whose(u)
             )),
         }
@@ -150,6 +164,48 @@ impl World {
         };
         (built, problem)
     }
+}
+
+/// A replacement as kube-scheduler will find it once launched: its pool's labels and taints,
+/// the labels of its cheapest launch (type, zone, capacity type) and of its requirements, and
+/// nothing on it but its DaemonSet pods.
+fn as_launched(plan: &NodeClaimPlan, pools: &[Arc<PoolInput>]) -> Option<ExistingNode> {
+    let pool = pools.iter().find(|p| p.name == plan.pool)?;
+    let choice = plan.launch_choice()?;
+    let mut node_labels = pool.labels.clone();
+    for (key, value) in [
+        (labels::INSTANCE_TYPE, choice.instance_type.name.as_str()),
+        (labels::ZONE, choice.offering.zone.as_str()),
+        (
+            labels::CAPACITY_TYPE,
+            choice.offering.capacity_type.as_str(),
+        ),
+        (labels::HOSTNAME, plan.hostname.as_str()),
+    ] {
+        node_labels.insert(key.to_string(), value.to_string());
+    }
+    let requirements = plan.requirements.iter();
+    for (key, r) in requirements.chain(choice.instance_type.requirements.iter()) {
+        if let Some(value) = r
+            .values()
+            .filter(|v| v.len() == 1)
+            .and_then(|v| v.iter().next())
+        {
+            node_labels
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
+    Some(ExistingNode {
+        name: plan.hostname.clone(),
+        pool: Some(plan.pool.clone()),
+        labels: node_labels,
+        taints: pool.taints.clone(),
+        allocatable: choice.instance_type.allocatable,
+        requested: pool.daemon_overhead,
+        pods: Vec::new(),
+        label_requirements: Default::default(),
+    })
 }
 
 fn could_not_move(u: &Unschedulable) -> String {
