@@ -298,31 +298,71 @@ pub fn single_node(
     }
 }
 
-/// When neither several nodes at once nor one at a time can go: the first 3 to
-/// [`REPACK_MAX`] candidates (the emptiest), replaced by fewer new nodes than they are, their
-/// small pods taking the room left elsewhere (ours; upstream replaces several nodes by one at
-/// most, so a cluster whose every node has less room than its biggest pods stays as
-/// fragmented as it is). Of the prefixes that can go, the one that saves most, within the
-/// multi-node time bound.
+/// When neither several nodes at once nor one at a time can go: the emptiest 3 to
+/// [`REPACK_MAX`] candidates of a pool, replaced by fewer new nodes than they are, their small
+/// pods taking the room left elsewhere (ours; upstream replaces several nodes by one at most,
+/// so a cluster whose every node has less room than its biggest pods stays as fragmented as
+/// it is). Spot nodes take part only with spot-to-spot consolidation on (else none would be
+/// replaced). Of the moves that can be made, the one that saves most, within the multi-node
+/// time bound; with none, each pool's largest try says why on its candidates (`kept`).
 pub fn repack(
     inputs: &Inputs,
     world: &World,
     allowed: &[&Candidate],
     totals: &HashMap<String, PoolTotals>,
+    kept: &mut Vec<(String, String)>,
 ) -> Option<Command> {
     let started = std::time::Instant::now();
-    let mut best: Option<Command> = None;
-    for n in 3..=allowed.len().min(REPACK_MAX) {
-        if n > 3 && started.elapsed() >= inputs.timeouts.multi_node {
-            break;
+    let mut pools: Vec<(String, Vec<&Candidate>)> = Vec::new();
+    for c in allowed {
+        if is_spot(c) && !inputs.spot_to_spot {
+            continue;
         }
-        if let Ok(command) = simulate(inputs, world, &allowed[..n], totals, Moves::Repack) {
-            if best.as_ref().is_none_or(|b| better(&command, b)) {
-                best = Some(command);
+        let pool = c.pool.name_any();
+        match pools.iter_mut().find(|(name, _)| *name == pool) {
+            Some((_, cands)) => cands.push(c),
+            None => pools.push((pool, vec![c])),
+        }
+    }
+    let mut best: Option<Command> = None;
+    // Per pool, its largest try refused and why.
+    let mut refused: Vec<(&[&Candidate], String)> = Vec::new();
+    let mut tried = 0;
+    'pools: for (_, cands) in &pools {
+        let mut largest_refused = None;
+        for n in 3..=cands.len().min(REPACK_MAX) {
+            if tried > 0 && started.elapsed() >= inputs.timeouts.multi_node {
+                refused.extend(largest_refused);
+                break 'pools;
             }
+            tried += 1;
+            match simulate(inputs, world, &cands[..n], totals, Moves::Repack) {
+                Ok(command) => {
+                    if best.as_ref().is_none_or(|b| better(&command, b)) {
+                        best = Some(command);
+                    }
+                }
+                Err(why) => largest_refused = Some((&cands[..n], why)),
+            }
+        }
+        refused.extend(largest_refused);
+    }
+    if best.is_none() {
+        for (cands, why) in refused {
+            let n = cands.len();
+            let why = format!("repacking its pool's {n} emptiest nodes: {why}");
+            kept.extend(cands.iter().map(|c| (c.claim.name_any(), why.clone())));
         }
     }
     best
+}
+
+fn is_spot(c: &Candidate) -> bool {
+    c.claim
+        .labels()
+        .get(labels::CAPACITY_TYPE)
+        .map(String::as_str)
+        == Some(labels::CAPACITY_SPOT)
 }
 
 /// Why a move saving `saving` USD/hour by disrupting `cands` is not worth it under
@@ -391,13 +431,7 @@ fn move_for(
         .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))
         .sum::<Result<f64, _>>()?;
     let plan = world.reschedule(inputs, cands)?;
-    let spot = cands.iter().any(|c| {
-        c.claim
-            .labels()
-            .get(labels::CAPACITY_TYPE)
-            .map(String::as_str)
-            == Some(labels::CAPACITY_SPOT)
-    });
+    let spot = cands.iter().any(|c| is_spot(c));
     if spot && !inputs.spot_to_spot && !plan.nodeclaims.is_empty() {
         return Err("its pods need a new node, and a spot node is not replaced by another spot node (SPOT_TO_SPOT_CONSOLIDATION is off)".into());
     }

@@ -181,7 +181,10 @@ pub fn decide(inputs: &Inputs) -> Decision {
                 .or_else(|| {
                     let tried_all = stopped_at.is_none();
                     tried_all
-                        .then(|| consolidation::repack(inputs, &world, &allowed.together, &totals))
+                        .then(|| {
+                            let together = &allowed.together;
+                            consolidation::repack(inputs, &world, together, &totals, &mut kept)
+                        })
                         .flatten()
                 });
             found.kept.extend(kept);
