@@ -445,22 +445,7 @@ fn fragmented_nodes_are_repacked_onto_fewer_new_ones() {
     assert_eq!(c.replacements.len(), 2);
     assert!((c.saving - 0.2).abs() < 1e-9, "{}", c.saving);
     // Validated as any consolidation: simulated again over its own candidates.
-    let snap = fragmented("3");
-    let types = class_c(mid());
-    let (types_of_pool, _) = types_of_pools(&snap, &types);
-    let inputs = Inputs {
-        snapshot: &snap,
-        types_of_class: &types,
-        types_of_pool: &types_of_pool,
-        now: NOW.parse::<Timestamp>().unwrap(),
-        settle: Duration::from_secs(30),
-        spot_to_spot: false,
-        single_node_from: None,
-        nominated: &HashSet::new(),
-        policies: Default::default(),
-        timeouts: ConsolidationTimeouts::default(),
-    };
-    let again = revalidate(&inputs, &c).expect("still valid");
+    let again = revalidate_over(&fragmented("3"), &class_c(mid()), &c).expect("still valid");
     assert!(again.same_as(&c));
     // With s1 and s2 full, the 0.5 CPU pods need a third node: nothing saved, nothing done.
     let d = run_over(&fragmented("4"), mid());
@@ -548,26 +533,34 @@ fn a_budget_of_two_does_not_hide_the_third_candidate_from_single_node_consolidat
     );
 }
 
-#[test]
-fn a_consolidation_is_validated_by_simulating_its_own_candidates_again() {
-    let snap = two_full_two_quarter_full(&["a", "b", "c", "d"]);
-    let types = types();
-    let (types_of_pool, _) = types_of_pools(&snap, &types);
-    let nominated = HashSet::new();
-    let inputs = |snap| Inputs {
+/// `command` validated on `snap` with `types` per class, at `NOW`.
+fn revalidate_over(
+    snap: &Snapshot,
+    types: &HashMap<String, Vec<Arc<InstanceType>>>,
+    command: &jointer_controller::core::disruption::Command,
+) -> Result<jointer_controller::core::disruption::Command, String> {
+    let (types_of_pool, _) = types_of_pools(snap, types);
+    let inputs = Inputs {
         snapshot: snap,
-        types_of_class: &types,
+        types_of_class: types,
         types_of_pool: &types_of_pool,
         now: NOW.parse::<Timestamp>().unwrap(),
         settle: Duration::from_secs(30),
         spot_to_spot: false,
         single_node_from: None,
-        nominated: &nominated,
+        nominated: &HashSet::new(),
         policies: Default::default(),
         timeouts: ConsolidationTimeouts::default(),
     };
+    revalidate(&inputs, command)
+}
+
+#[test]
+fn a_consolidation_is_validated_by_simulating_its_own_candidates_again() {
+    let snap = two_full_two_quarter_full(&["a", "b", "c", "d"]);
+    let types = types();
     let command = run(&snap).command.expect("a command");
-    let again = revalidate(&inputs(&snap), &command).expect("still valid");
+    let again = revalidate_over(&snap, &types, &command).expect("still valid");
     assert!(again.same_as(&command));
     // Pods landed on the full nodes meanwhile: the quarter-full nodes' pods now need a node.
     let mut moved = snap.clone();
@@ -576,13 +569,13 @@ fn a_consolidation_is_validated_by_simulating_its_own_candidates_again() {
             .pods
             .push(from(pod(&format!("{full}-late"), full, "1", json!({}))));
     }
-    let why = revalidate(&inputs(&moved), &command).expect_err("no longer valid");
+    let why = revalidate_over(&moved, &types, &command).expect_err("no longer valid");
     assert!(why.contains("no longer the same"), "{why}");
     // A candidate gone from the cluster.
     let mut gone = snap.clone();
     gone.nodeclaims
         .retain(|c| c.metadata.name.as_deref() != Some("claim-d"));
-    let why = revalidate(&inputs(&gone), &command).expect_err("no longer valid");
+    let why = revalidate_over(&gone, &types, &command).expect_err("no longer valid");
     assert!(
         why.contains("claim-d is no longer a consolidation candidate"),
         "{why}"
