@@ -157,25 +157,21 @@ pub fn pod_step(pod: &Pod, now: Timestamp, deadline: Option<Timestamp>) -> PodSt
 /// checks a deletion against ([`crate::core::scheduling::PodOrder::KubeScheduler`]). A big pod
 /// a PodDisruptionBudget holds back holds the smaller ones too: the node waits for it anyway.
 pub fn pass_steps(pods: &[Pod], now: Timestamp, deadline: Option<Timestamp>) -> Vec<PodStep> {
-    let steps: Vec<PodStep> = pods.iter().map(|p| pod_step(p, now, deadline)).collect();
-    let size = |p: &Pod| {
-        let requests = p
-            .spec
-            .as_ref()
-            .map(|s| pod_requests(s).0)
-            .unwrap_or_default();
-        (requests.cpu, requests.memory)
-    };
-    let largest = pods
+    let steps = pods.iter().map(|p| {
+        let requests = p.spec.as_ref().map(|s| pod_requests(s).0);
+        let requests = requests.unwrap_or_default();
+        (pod_step(p, now, deadline), (requests.cpu, requests.memory))
+    });
+    let steps: Vec<_> = steps.collect();
+    let largest = steps
         .iter()
-        .zip(&steps)
-        .filter(|(_, step)| **step == PodStep::Evict)
-        .map(|(p, _)| size(p))
+        .filter(|(step, _)| *step == PodStep::Evict)
+        .map(|(_, size)| *size)
         .max();
-    pods.iter()
-        .zip(steps)
-        .map(|(p, step)| match step {
-            PodStep::Evict if Some(size(p)) < largest => PodStep::Wait,
+    steps
+        .into_iter()
+        .map(|(step, size)| match step {
+            PodStep::Evict if Some(size) < largest => PodStep::Wait,
             step => step,
         })
         .collect()

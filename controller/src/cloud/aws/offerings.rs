@@ -131,13 +131,17 @@ impl AwsCloud {
     /// Pricing API) fall back to the previous ones or the embedded estimates with a warning;
     /// shapes and zones are required.
     pub(super) async fn offerings(&self) -> Result<Arc<RegionOfferings>, CloudError> {
-        let source = OfferingsSource {
-            ec2: self.ec2.clone(),
-            pricing: self.pricing.clone(),
-            region: self.region.clone(),
-            metrics: self.metrics.clone(),
+        // The clients are cloned only when a fetch starts, not on every call.
+        let fetch = |previous| {
+            let source = OfferingsSource {
+                ec2: self.ec2.clone(),
+                pricing: self.pricing.clone(),
+                region: self.region.clone(),
+                metrics: self.metrics.clone(),
+            };
+            source.fetch(previous)
         };
-        self.offerings.get(|previous| source.fetch(previous)).await
+        self.offerings.get(fetch).await
     }
 
     /// Fetches the region's offerings ahead of any provisioning pass (a failure is only

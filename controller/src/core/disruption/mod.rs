@@ -178,14 +178,12 @@ pub fn decide(inputs: &Inputs) -> Decision {
                     single.command
                 })
                 // Only once single-node consolidation has tried every candidate.
-                .or_else(|| {
-                    let tried_all = stopped_at.is_none();
-                    tried_all
-                        .then(|| {
-                            let together = &allowed.together;
-                            consolidation::repack(inputs, &world, together, &totals, &mut kept)
-                        })
-                        .flatten()
+                .or_else(|| match stopped_at {
+                    Some(_) => None,
+                    None => {
+                        let together = &allowed.together;
+                        consolidation::repack(inputs, &world, together, &totals, &mut kept)
+                    }
                 });
             found.kept.extend(kept);
             command

@@ -15,7 +15,6 @@ use kube::ResourceExt;
 use super::candidates::Candidate;
 use super::Inputs;
 use crate::api::conditions::{is_true, INITIALIZED};
-use crate::api::labels;
 use crate::core::buffer::{self, buffer_name};
 use crate::core::scheduling::{
     solve_with, ExistingNode, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput, Problem,
@@ -166,26 +165,14 @@ impl World {
     }
 }
 
-/// A replacement as kube-scheduler will find it once launched: its pool's labels and taints,
-/// the labels of its cheapest launch (type, zone, capacity type) and of its requirements, and
-/// nothing on it but its DaemonSet pods.
+/// A replacement as kube-scheduler will find it once launched: labelled as its cheapest
+/// launch ([`crate::core::scheduling::problem::LaunchChoice::node_labels`]) and by its own single-valued requirements, its pool's
+/// taints, and nothing on it but its DaemonSet pods.
 fn as_launched(plan: &NodeClaimPlan, pools: &[Arc<PoolInput>]) -> Option<ExistingNode> {
     let pool = pools.iter().find(|p| p.name == plan.pool)?;
     let choice = plan.launch_choice()?;
-    let mut node_labels = pool.labels.clone();
-    for (key, value) in [
-        (labels::INSTANCE_TYPE, choice.instance_type.name.as_str()),
-        (labels::ZONE, choice.offering.zone.as_str()),
-        (
-            labels::CAPACITY_TYPE,
-            choice.offering.capacity_type.as_str(),
-        ),
-        (labels::HOSTNAME, plan.hostname.as_str()),
-    ] {
-        node_labels.insert(key.to_string(), value.to_string());
-    }
-    let requirements = plan.requirements.iter();
-    for (key, r) in requirements.chain(choice.instance_type.requirements.iter()) {
+    let mut node_labels = choice.node_labels(&pool.labels, &plan.hostname);
+    for (key, r) in plan.requirements.iter() {
         if let Some(value) = r
             .values()
             .filter(|v| v.len() == 1)

@@ -9,6 +9,7 @@ use super::pod::{PodKey, SchedPod};
 use super::requirements::{type_satisfies, Requirements};
 use super::resources::{format_amount, Resources};
 use super::topology::TopologyRejection;
+use crate::api::labels::{CAPACITY_TYPE, HOSTNAME, ZONE};
 use crate::api::Taint;
 
 /// Upper bounds from `NodePool.spec.limits` (None: unlimited).
@@ -186,6 +187,35 @@ pub struct NodeClaimPlan {
 pub struct LaunchChoice<'a> {
     pub instance_type: &'a InstanceType,
     pub offering: &'a Offering,
+}
+
+impl LaunchChoice<'_> {
+    /// The labels a node launched as this choice carries: its pool's (`pool_labels`), the
+    /// type's single-valued requirements, the offering's zone and capacity type, and
+    /// `hostname`.
+    pub fn node_labels(
+        &self,
+        pool_labels: &BTreeMap<String, String>,
+        hostname: &str,
+    ) -> BTreeMap<String, String> {
+        let mut labels = pool_labels.clone();
+        for (key, req) in self.instance_type.requirements.iter() {
+            if let Some(v) = req
+                .values()
+                .filter(|v| v.len() == 1)
+                .and_then(|v| v.iter().next())
+            {
+                labels.insert(key.clone(), v.clone());
+            }
+        }
+        labels.insert(ZONE.into(), self.offering.zone.clone());
+        labels.insert(
+            CAPACITY_TYPE.into(),
+            self.offering.capacity_type.as_str().into(),
+        );
+        labels.insert(HOSTNAME.into(), hostname.to_string());
+        labels
+    }
 }
 
 impl NodeClaimPlan {

@@ -158,22 +158,7 @@ fn placed_nodes<'a>(
         usage.0 += choice.instance_type.capacity;
         usage.1 += 1;
 
-        let mut labels = pool.labels.clone();
-        for (key, req) in choice.instance_type.requirements.iter() {
-            if let Some(v) = req
-                .values()
-                .filter(|v| v.len() == 1)
-                .and_then(|v| v.iter().next())
-            {
-                labels.insert(key.clone(), v.clone());
-            }
-        }
-        labels.insert(labels::ZONE.into(), choice.offering.zone.clone());
-        labels.insert(
-            labels::CAPACITY_TYPE.into(),
-            choice.offering.capacity_type.as_str().into(),
-        );
-        labels.insert(labels::HOSTNAME.into(), nc.hostname.clone());
+        let labels = choice.node_labels(&pool.labels, &nc.hostname);
         // Keys no instance type provides are the pool's own labels, which nodes get from it.
         let provided: std::collections::HashSet<&String> = pool
             .instance_types
