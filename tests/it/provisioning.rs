@@ -312,11 +312,12 @@ pub(crate) fn condition(obj: &DynamicObject, kind: &str) -> bool {
 /// Tears the world down if the test fails, while its controller still runs (declare it after
 /// the controller): the API server is shared, and a world left behind would be pruned by the
 /// next test's apply, which then waits for NodeClaims no controller drains.
-struct TeardownOnPanic<'a>(&'a Setup);
+struct TeardownOnPanic<'a>(&'a Setup, PathBuf);
 
 impl Drop for TeardownOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
+            eprintln!("{}", stuck_report(self.0, &self.1));
             let mut run = self.0.jointer(&["teardown", "--yes", "--timeout", "120"]);
             if run.code != 0 {
                 // No controller left to drain (a test that crashed it): release what is left,
@@ -335,6 +336,75 @@ impl Drop for TeardownOnPanic<'_> {
                 .status();
         }
     }
+}
+
+/// What a failed test's world showed, for the CI log to name the step that stuck: the
+/// controller's warnings and errors, every NodeClaim condition of the world that is not True,
+/// the gap layer's failed AWS calls and the calls IAM refused the controller's role.
+fn stuck_report(s: &Setup, controller_log: &std::path::Path) -> String {
+    const LAST: usize = 20;
+    let log = std::fs::read_to_string(controller_log).unwrap_or_default();
+    let troubles: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+        .collect();
+    let mut report = format!(
+        "== what the world showed ({} controller warnings and errors, the last {LAST}):\n",
+        troubles.len()
+    );
+    for line in troubles.iter().skip(troubles.len().saturating_sub(LAST)) {
+        report.push_str(&format!("  {line}\n"));
+    }
+    let claims = std::process::Command::new("kubectl")
+        .args(["get", "nodeclaims", "-o", "json", "-l"])
+        .arg(format!("{WORLD_LABEL}={}", s.cluster))
+        .output()
+        .ok()
+        .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok());
+    let claims = claims.as_ref().and_then(|c| c["items"].as_array());
+    report.push_str(&format!(
+        "== NodeClaims: {}\n",
+        claims.map_or(0, |c| c.len())
+    ));
+    for claim in claims.into_iter().flatten() {
+        let not_true: Vec<String> = claim["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["status"] != "True")
+            .map(|c| {
+                format!(
+                    "{}={} {}: {}",
+                    c["type"], c["status"], c["reason"], c["message"]
+                )
+            })
+            .collect();
+        report.push_str(&format!(
+            "  {} {}\n",
+            claim["metadata"]["name"],
+            not_true.join("; ")
+        ));
+    }
+    let failed: Vec<String> = testenv::calls()
+        .iter()
+        .filter(|c| c["status"].as_i64().is_some_and(|s| s >= 400))
+        .map(|c| {
+            format!(
+                "{} {} {} {}",
+                c["service"], c["operation"], c["status"], c["fault"]
+            )
+        })
+        .collect();
+    report.push_str(&format!(
+        "== failed AWS calls since the log was last cleared: {} (the last {LAST}): {:?}\n",
+        failed.len(),
+        &failed[failed.len().saturating_sub(LAST)..]
+    ));
+    report.push_str(&format!(
+        "== calls IAM refused the controller's role: {:?}",
+        testenv::iam_refusals(&s.cluster)
+    ));
+    report
 }
 
 /// A test's world after `jointer apply`: the controller running against it and the world's
@@ -371,7 +441,7 @@ impl<'a> Scene<'a> {
         let ns = s.cluster.clone();
         namespace(admin, &ns).await;
         Scene {
-            _cleanup: TeardownOnPanic(s),
+            _cleanup: TeardownOnPanic(s, controller.log.clone()),
             controller,
             admin: admin.clone(),
             ns,
@@ -1100,7 +1170,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         28210,
         as_controller_role(&admin, &s).await,
     );
-    let _cleanup = TeardownOnPanic(&s);
+    let _cleanup = TeardownOnPanic(&s, first.log.clone());
     let ns = s.cluster.clone();
     namespace(&admin, &ns).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
@@ -1209,7 +1279,7 @@ async fn after_a_crash_the_launched_instance_is_adopted_and_an_orphan_is_collect
         28220,
         as_controller_role(&admin, &s).await,
     );
-    let _cleanup_with_replica = TeardownOnPanic(&s);
+    let _cleanup_with_replica = TeardownOnPanic(&s, second.log.clone());
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     wait_for(
         "the pod Running on the adopted instance",
