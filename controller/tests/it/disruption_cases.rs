@@ -19,6 +19,11 @@ const LONG_AGO: &str = "2026-11-30T10:00:00Z";
 const NOW: &str = "2026-11-30T12:00:00Z";
 
 fn itype(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
+    itype_offered(name, cpu, &[(CapacityType::OnDemand, price)])
+}
+
+/// A type offered in zone z1 as each of `offers` (capacity type, price).
+fn itype_offered(name: &str, cpu: i64, offers: &[(CapacityType, f64)]) -> Arc<InstanceType> {
     let mut req = Requirements::new();
     req.add(labels::ARCH, Requirement::any_of(["amd64"]));
     req.add(labels::OS, Requirement::any_of(["linux"]));
@@ -31,12 +36,15 @@ fn itype(name: &str, cpu: i64, price: f64) -> Arc<InstanceType> {
         req,
         capacity,
         Resources::ZERO,
-        vec![Offering {
-            zone: "z1".into(),
-            capacity_type: CapacityType::OnDemand,
-            price,
-            available: true,
-        }],
+        offers
+            .iter()
+            .map(|&(capacity_type, price)| Offering {
+                zone: "z1".into(),
+                capacity_type,
+                price,
+                available: true,
+            })
+            .collect(),
     ))
 }
 
@@ -452,6 +460,81 @@ fn fragmented_nodes_are_repacked_onto_fewer_new_ones() {
     assert!(d.command.is_none(), "{:?}", d.command);
     assert!(
         kept_reason(&d, "claim-a").contains("no replacement is cheaper"),
+        "{:?}",
+        d.kept
+    );
+}
+
+/// A 4-CPU "mid" and an 8-CPU "big" type, each on demand and (at 30 % of that) as spot.
+fn types_with_spot() -> HashMap<String, Vec<Arc<InstanceType>>> {
+    let with_spot = |name: &str, cpu: i64, price: f64| {
+        let offers = [
+            (CapacityType::OnDemand, price),
+            (CapacityType::Spot, price * 0.3),
+        ];
+        itype_offered(name, cpu, &offers)
+    };
+    class_c(vec![with_spot("mid", 4, 0.2), with_spot("big", 8, 0.4)])
+}
+
+/// Three full on-demand "mid" nodes of pool p, each with a 2-CPU pod and two 1-CPU pods that
+/// tolerate the taint of `spot_pool` (pool "s" of weight 50, spot or on-demand, when given).
+fn tolerating_pods_on_on_demand_nodes(spot_pool: bool) -> Snapshot {
+    let toleration =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]);
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for name in ["a", "b", "c"] {
+        nodes.push(node(name, "mid", 4, LONG_AGO, json!({})));
+        pods.push(pod(&format!("{name}-w"), name, "2", json!({})));
+        for i in 0..2 {
+            let mut tolerating = pod(&format!("{name}-t{i}"), name, "1", json!({}));
+            tolerating["spec"]["tolerations"] = toleration.clone();
+            pods.push(tolerating);
+        }
+    }
+    let mut snap = snapshot(pool_of_unbounded_budget(), &nodes, &pods);
+    if spot_pool {
+        snap.nodepools.push(from(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "s", "uid": "us"},
+            "spec": {"weight": 50, "template": {"spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}],
+                "taints": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "c"}}},
+                "disruption": {"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}]}}})));
+    }
+    snap
+}
+
+#[test]
+fn pods_bound_to_dear_nodes_move_to_a_cheaper_pool_in_a_repack_of_as_many_nodes() {
+    // No node can go or be replaced alone (its pods need an on-demand node as dear), no two
+    // fit one node. Repacked, the 1-CPU pods go to the spot pool, which their tolerations
+    // allow, and the rest onto one big on-demand node: dearer than an equal share of the
+    // three ($0.2 each), but cheaper together.
+    let snap = tolerating_pods_on_on_demand_nodes(true);
+    let d = run_with(&snap, types_with_spot(), &Knobs::default());
+    let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
+    assert_eq!(c.method, Method::Underutilized);
+    assert_eq!(c.candidates, ["claim-a", "claim-b", "claim-c"]);
+    assert!(c.replacements.len() <= 3, "{:?}", c.replacements);
+    assert!(
+        c.replacements.iter().any(|r| r.pool == "s"),
+        "{:?}",
+        c.replacements
+    );
+    assert!(c.saving >= 0.05 * 0.6, "{}", c.saving);
+    let again = revalidate_over(&snap, &types_with_spot(), &c).expect("still valid");
+    assert!(again.same_as(&c));
+    // Without the spot pool the same pods need on-demand nodes as dear as now.
+    let d = run_with(
+        &tolerating_pods_on_on_demand_nodes(false),
+        types_with_spot(),
+        &Knobs::default(),
+    );
+    assert!(d.command.is_none(), "{:?}", d.command);
+    assert!(
+        kept_reason(&d, "claim-a").contains("repacking its pool's 3 emptiest nodes"),
         "{:?}",
         d.kept
     );

@@ -25,6 +25,10 @@ const MULTI_NODE_MAX: usize = 100;
 /// steps of a few nodes.
 pub const REPACK_MAX: usize = 10;
 
+/// A repack saves at least this share of what its nodes cost: it disrupts up to
+/// [`REPACK_MAX`] nodes, which a few cents an hour (types priced alike) do not justify.
+pub const REPACK_MIN_SAVING: f64 = 0.05;
+
 /// A spot node is replaced by spot only when at least this many cheaper types remain, so the
 /// replacement does not chase the single cheapest (and most interrupted) pool.
 pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
@@ -299,11 +303,11 @@ pub fn single_node(
 }
 
 /// When neither several nodes at once nor one at a time can go: the emptiest 3 to
-/// [`REPACK_MAX`] candidates of a pool, replaced by fewer new nodes than they are, their small
-/// pods taking the room left elsewhere (ours; upstream replaces several nodes by one at most,
-/// so a cluster whose every node has less room than its biggest pods stays as fragmented as
-/// it is). Spot nodes take part only with spot-to-spot consolidation on (else none would be
-/// replaced). Of the moves that can be made, the one that saves most, within the multi-node
+/// [`REPACK_MAX`] candidates of a pool, replaced by no more new nodes than they are and for
+/// less ([`cheaper_repack`]), their small pods taking the room left elsewhere (ours; upstream
+/// replaces several nodes by one at most, so a cluster whose every node has less room than its
+/// biggest pods stays as fragmented as it is). Spot nodes take part only with spot-to-spot
+/// consolidation on (else none would be replaced). Of the moves that can be made, the one that saves most, within the multi-node
 /// time bound; with none, each pool's largest try says why on its candidates (`kept`).
 pub fn repack(
     inputs: &Inputs,
@@ -400,7 +404,7 @@ fn balanced_shortfall(
 enum Moves {
     /// Delete the candidates, or replace them with one node strictly cheaper (upstream's).
     DeleteOrReplace,
-    /// Also replace them with fewer new nodes than they are ([`repack`]).
+    /// Also replace them with several new nodes, no more than they are ([`repack`]).
     Repack,
 }
 
@@ -441,10 +445,10 @@ fn move_for(
             Vec::new()
         }
         1 => vec![cheaper_one(&plan.nodeclaims[0], price, spot)?],
-        n if n < cands.len() && moves == Moves::Repack => {
-            let fewer = fewer_cheaper(&plan.nodeclaims, price, spot)?;
-            world.binds_all(inputs, cands, &fewer)?;
-            fewer
+        n if n <= cands.len() && moves == Moves::Repack => {
+            let repacked = cheaper_repack(&plan.nodeclaims, price, spot)?;
+            world.binds_all(inputs, cands, &repacked)?;
+            repacked
         }
         n => return Err(format!("its pods would need {n} new nodes")),
     };
@@ -463,6 +467,12 @@ fn move_for(
 /// what the candidates cost. An on-demand node whose replacement may be spot is replaced by
 /// spot, the only way the same pods get cheaper on one node.
 fn cheaper_one(one: &NodeClaimPlan, price: f64, spot: bool) -> Result<NodeClaimPlan, String> {
+    below(as_spot_if_allowed(one), price, spot)
+}
+
+/// `one` narrowed to spot when its requirements allow spot and a type offers it: the launch
+/// would pick spot anyway (the cheapest offering wins), and the move is priced at worst.
+fn as_spot_if_allowed(one: &NodeClaimPlan) -> NodeClaimPlan {
     let mut requirements = one.requirements.clone();
     let allows_spot = requirements
         .get(labels::CAPACITY_TYPE)
@@ -478,26 +488,51 @@ fn cheaper_one(one: &NodeClaimPlan, price: f64, spot: bool) -> Result<NodeClaimP
             Requirement::any_of([labels::CAPACITY_SPOT]),
         );
     }
-    let replacement = NodeClaimPlan {
+    NodeClaimPlan {
         requirements,
         ..one.clone()
-    };
-    below(replacement, price, spot)
+    }
 }
 
-/// Several nodes, fewer than the candidates, for their pods: a repack (ours; upstream
+/// Several nodes, no more than the candidates, for their pods: a repack (ours; upstream
 /// replaces several nodes by one at most). When every node's free room is smaller than its
-/// biggest pods, no node can go and no two fit one node, yet the cluster is far from dense:
-/// the candidates' small pods take the room elsewhere and the big ones are packed anew. Each
-/// replacement keeps the types whose worst-case price is below an equal share of what the
-/// candidates cost, so the move saves whichever of them the launches get.
-fn fewer_cheaper(
+/// biggest pods, no node can go and no two fit one node, yet the cluster is far from its
+/// cheapest: the candidates' small pods take the room left elsewhere and the big ones are
+/// packed anew, and pods that may run on a cheaper pool (a spot pool's tolerations) but were
+/// bound to dearer nodes go there. Priced at worst (each new node at its type whose dearest
+/// allowed offering is cheapest, as a spot node may launch in its dearest zone), the new nodes
+/// must cost at least [`REPACK_MIN_SAVING`] less than the candidates; each keeps the types
+/// whose worst-case price stays within that plus an equal share of the saving, so the move
+/// saves whichever of them the launches get.
+fn cheaper_repack(
     new: &[NodeClaimPlan],
     price: f64,
     spot: bool,
 ) -> Result<Vec<NodeClaimPlan>, String> {
-    let share = price / new.len() as f64;
-    new.iter().map(|n| below(n.clone(), share, spot)).collect()
+    let new: Vec<NodeClaimPlan> = new.iter().map(as_spot_if_allowed).collect();
+    let at_worst: Vec<f64> = new
+        .iter()
+        .map(|n| {
+            n.instance_types
+                .iter()
+                .filter_map(|t| worst_price(t, &n.requirements))
+                .min_by(f64::total_cmp)
+                .unwrap_or(f64::INFINITY)
+        })
+        .collect();
+    let total: f64 = at_worst.iter().sum();
+    if total > price * (1.0 - REPACK_MIN_SAVING) {
+        return Err(format!(
+            "its pods would need {} new nodes at up to ${total:.4}/h, less than {:.0} % below their ${price:.4}/h",
+            new.len(),
+            REPACK_MIN_SAVING * 100.0
+        ));
+    }
+    let slack = (price - total) / new.len() as f64;
+    new.into_iter()
+        .zip(at_worst)
+        .map(|(n, worst)| below(n, worst + slack, spot))
+        .collect()
 }
 
 /// `replacement` with only the types whose worst-case price is below `price`; for spot
