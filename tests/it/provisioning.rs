@@ -405,13 +405,7 @@ fn stuck_report(s: &Setup, controller_log: &std::path::Path) -> String {
         &failed[failed.len().saturating_sub(LAST)..]
     ));
     let iam = gap_quietly(&format!("/_gap/iam?cluster={}", s.cluster));
-    let refused: Vec<&Value> = iam
-        .as_ref()
-        .and_then(|r| r["denied"].as_array())
-        .into_iter()
-        .flatten()
-        .filter(|d| d["role_intact"] == true)
-        .collect();
+    let refused = iam.as_ref().map(testenv::refusals_in).unwrap_or_default();
     report.push_str(&format!(
         "== calls IAM refused the controller's role: {refused:?}"
     ));

@@ -249,7 +249,12 @@ pub fn gap(method: &str, path: &str, body: Option<serde_json::Value>) -> serde_j
 /// policies (tests/env/gap/roles.py): what the policies `jointer apply` attached do not cover.
 /// (Once teardown starts detaching them, every call may be refused; those are not listed.)
 pub fn iam_refusals(cluster: &str) -> Vec<serde_json::Value> {
-    let report = gap("GET", &format!("/_gap/iam?cluster={cluster}"), None);
+    refusals_in(&gap("GET", &format!("/_gap/iam?cluster={cluster}"), None))
+}
+
+/// The refusals of a gap layer IAM report (`/_gap/iam`) made while the role held all its
+/// policies.
+pub fn refusals_in(report: &serde_json::Value) -> Vec<serde_json::Value> {
     report["denied"]
         .as_array()
         .into_iter()

@@ -307,8 +307,9 @@ pub fn single_node(
 /// less ([`cheaper_repack`]), their small pods taking the room left elsewhere (ours; upstream
 /// replaces several nodes by one at most, so a cluster whose every node has less room than its
 /// biggest pods stays as fragmented as it is). Spot nodes take part only with spot-to-spot
-/// consolidation on (else none would be replaced). Of the moves that can be made, the one that saves most, within the multi-node
-/// time bound; with none, each pool's largest try says why on its candidates (`kept`).
+/// consolidation on (else none would be replaced). Of the moves that can be made, the one that
+/// saves most, within the multi-node time bound; with none, each pool's largest try says why
+/// on its candidates (`kept`).
 pub fn repack(
     inputs: &Inputs,
     world: &World,
