@@ -3,6 +3,7 @@
 //! and the PodTemplates and workloads they name): decisions read memory, not the API server.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -10,7 +11,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::core::v1::{Node, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{watcher, WatchStreamExt};
 
@@ -85,28 +86,44 @@ where
     K: serde::de::DeserializeOwned,
 {
     let (reader, writer) = reflector::store();
-    (reader, fill(client, trim, writer))
+    (reader, fill(client, trim, writer, drop))
 }
+
+/// Every object a cache applied, as it was applied, for a controller to follow.
+pub type Changes<K> = futures::channel::mpsc::UnboundedReceiver<Arc<K>>;
 
 /// The NodeClaim cache, and its changes for the lifecycle controller: one watch and one copy of
 /// each NodeClaim (kube's `Controller::new` keeps a second, untrimmed cache of its own: 33 KB
-/// per NodeClaim with managedFields, a tenth of the controller's heap at 500 nodes). A change
-/// waits for the controller once `CHANGES_BUFFERED` are unread, so the changes must be
-/// followed from the start.
-fn shared_cache<K>(
+/// per NodeClaim with managedFields, a tenth of the controller's heap at 500 nodes).
+///
+/// Each change is handed over as the object itself, not as a reference into the cache. kube's
+/// shared-store subscription (`ReflectHandle`) looks each reference up when it is read, and
+/// when the object has gone by then (a NodeClaim's finalizer removed, then the NodeClaim
+/// deleted, both applied before the lifecycle read the first) it returns `Pending` without
+/// asking to be woken: the lifecycle never read another change, and the NodeClaims created
+/// after that were never launched (seen in the scale run). The controller takes changes as
+/// they come, so the channel holds only what one pass of its scheduler has not read yet.
+fn cache_with_changes<K>(
     client: &kube::Client,
     trim: fn(&mut K),
-) -> (Store<K>, ReflectHandle<K>, impl Future<Output = ()>)
+) -> (Store<K>, Changes<K>, impl Future<Output = ()>)
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
     K: serde::de::DeserializeOwned,
 {
-    const CHANGES_BUFFERED: usize = 1024;
-    let (reader, writer) = reflector::store_shared(CHANGES_BUFFERED);
-    let changes = writer
-        .subscribe()
-        .expect("a shared store hands out subscriptions");
-    (reader, changes, fill(client, trim, writer))
+    let (reader, writer) = reflector::store();
+    let (hand_over, changes) = changes();
+    (reader, changes, fill(client, trim, writer, hand_over))
+}
+
+/// What hands each applied object over, and the changes it hands them to.
+fn changes<K: Send + Sync + 'static>() -> (impl FnMut(K) + Send + 'static, Changes<K>) {
+    let (sender, changes) = futures::channel::mpsc::unbounded();
+    let hand_over = move |object: K| {
+        // Nobody follows once the lifecycle controller has stopped (the process is ending).
+        let _ = sender.unbounded_send(Arc::new(object));
+    };
+    (hand_over, changes)
 }
 
 /// Keeps `writer`'s cache filled from a watch of every `K`, trimmed as it arrives.
@@ -114,25 +131,43 @@ fn fill<K>(
     client: &kube::Client,
     trim: fn(&mut K),
     writer: reflector::store::Writer<K>,
+    applied: impl FnMut(K) + Send + 'static,
 ) -> impl Future<Output = ()>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
     K: serde::de::DeserializeOwned,
 {
-    let objects = watcher(Api::<K>::all(client.clone()), watcher::Config::default()).modify(trim);
-    let stream = reflector::reflector(writer, objects)
-        .backoff(watch_backoff())
-        .applied_objects();
+    let events = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .modify(trim)
+        .backoff(watch_backoff());
+    follow(events, writer, applied)
+}
+
+/// Applies `events` to `writer`'s cache, handing each applied object to `applied`.
+fn follow<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    writer: reflector::store::Writer<K>,
+    mut applied: impl FnMut(K) + Send + 'static,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    let stream = reflector::reflector(writer, events).applied_objects();
     // Boxed: a dozen watch streams joined inline make one future too large for a thread's
     // stack in unoptimized builds.
-    Box::pin(stream.for_each(|_| async {}))
+    Box::pin(stream.for_each(move |object| {
+        if let Ok(object) = object {
+            applied(object);
+        }
+        async {}
+    }))
 }
 
 /// What keeps the caches filled (run it for the process's life, beside the controllers), and
 /// the NodeClaim changes the lifecycle controller follows.
 pub struct Feeds {
     pub caches: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
-    pub nodeclaim_changes: ReflectHandle<NodeClaim>,
+    pub nodeclaim_changes: Changes<NodeClaim>,
 }
 
 impl Stores {
@@ -140,7 +175,8 @@ impl Stores {
     pub fn start(client: &kube::Client) -> (Stores, Feeds) {
         let (pods, a) = cache::<Pod>(client, trim::pod);
         let (nodes, b) = cache::<Node>(client, trim::node);
-        let (nodeclaims, nodeclaim_changes, c) = shared_cache::<NodeClaim>(client, trim::metadata);
+        let (nodeclaims, nodeclaim_changes, c) =
+            cache_with_changes::<NodeClaim>(client, trim::metadata);
         let (nodepools, d) = cache::<NodePool>(client, trim::metadata);
         let (nodeclasses, e) = cache::<EC2NodeClass>(client, trim::metadata);
         let (daemonsets, f) = cache::<DaemonSet>(client, trim::metadata);
@@ -240,5 +276,42 @@ impl Stores {
             nodeoverlays: self.nodeoverlays.state(),
             buffers: self.buffers.sources(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::ResourceExt;
+
+    use super::*;
+
+    fn named(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_whose_object_is_gone_when_read_does_not_hold_up_the_changes_after_it() {
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Apply(named("a"))),
+            Ok(watcher::Event::Delete(named("a"))),
+            Ok(watcher::Event::Apply(named("b"))),
+        ]);
+        let (reader, writer) = reflector::store();
+        let (hand_over, changes) = changes();
+        // All three are applied before the follower reads a change, as under load.
+        follow(events, writer, hand_over).await;
+        let read: Vec<String> = changes.map(|c| c.name_any()).collect().await;
+        assert_eq!(read, ["a", "b"]);
+        let cached: Vec<String> = reader.state().iter().map(|c| c.name_any()).collect();
+        assert_eq!(cached, ["b"]);
     }
 }

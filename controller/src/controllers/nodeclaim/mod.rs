@@ -15,7 +15,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ReflectHandle;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -29,6 +28,7 @@ use crate::core::overlay::PoolOverlays;
 use crate::core::pods::since;
 use crate::core::state::types_of_pools;
 use crate::metrics::Metrics;
+use crate::runtime::stores::Changes;
 use crate::runtime::{finalizers, taints, Context};
 
 /// How often a claim on its way to Ready is looked at again.
@@ -472,7 +472,7 @@ fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Act
 }
 
 /// Runs until the stream ends (the process stops), following `changes` of the NodeClaim cache.
-pub async fn run(ctx: Arc<Context>, changes: ReflectHandle<NodeClaim>) {
+pub async fn run(ctx: Arc<Context>, changes: Changes<NodeClaim>) {
     // Launches read classes and nodes from the caches: wait for their first list.
     ctx.stores.ready().await;
     Controller::for_shared_stream(changes, ctx.stores.nodeclaims.clone())
