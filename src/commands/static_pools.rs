@@ -59,8 +59,8 @@ pub fn launch(pool: &PoolInput, replicas: i64, out: &mut StaticNodes) -> Result<
     // capacity type — what pods' selectors and affinities are matched against.
     let mut node_labels: BTreeMap<String, String> = pool.labels.clone();
     for (key, requirement) in instance_type.requirements.iter() {
-        if let Some(values) = requirement.values().filter(|v| v.len() == 1) {
-            node_labels.extend(values.iter().map(|v| (key.clone(), v.clone())));
+        if let Some(value) = requirement.single_value() {
+            node_labels.insert(key.clone(), value.clone());
         }
     }
     node_labels.insert(labels::ZONE.to_string(), zone);

@@ -50,11 +50,7 @@ impl Launched {
         let mut out: BTreeMap<String, String> = t
             .requirements
             .iter()
-            .filter_map(|(k, r)| {
-                let values = r.values()?;
-                let value = values.iter().next().filter(|_| values.len() == 1)?;
-                Some((k.clone(), value.clone()))
-            })
+            .filter_map(|(k, r)| Some((k.clone(), r.single_value()?.clone())))
             .collect();
         out.insert(labels::ZONE.into(), self.zone.clone());
         out.insert(labels::CAPACITY_TYPE.into(), self.capacity_type.to_string());

@@ -448,11 +448,7 @@ fn in_flight(snapshot: &Snapshot, pools: &[PoolInput]) -> Vec<ExistingNode> {
             .unwrap_or_default();
         let mut node_labels = claim.labels().clone();
         for (k, r) in Requirements::from_api(&claim.spec.requirements).iter() {
-            if let Some(v) = r
-                .values()
-                .filter(|v| v.len() == 1)
-                .and_then(|v| v.iter().next())
-            {
+            if let Some(v) = r.single_value() {
                 node_labels.entry(k.clone()).or_insert_with(|| v.clone());
             }
         }

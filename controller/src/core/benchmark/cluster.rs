@@ -73,11 +73,7 @@ fn node_of(index: usize, planned: &NodeClaimPlan) -> Option<(Value, Value, f64)>
     let name = format!("bench-{index:05}");
     let mut node_labels = serde_json::Map::new();
     for (key, r) in itype.requirements.iter() {
-        if let Some(v) = r
-            .values()
-            .filter(|v| v.len() == 1)
-            .and_then(|v| v.iter().next())
-        {
+        if let Some(v) = r.single_value() {
             node_labels.insert(key.clone(), json!(v));
         }
     }

@@ -173,11 +173,7 @@ fn as_launched(plan: &NodeClaimPlan, pools: &[Arc<PoolInput>]) -> Option<Existin
     let choice = plan.launch_choice()?;
     let mut node_labels = choice.node_labels(&pool.labels, &plan.hostname);
     for (key, r) in plan.requirements.iter() {
-        if let Some(value) = r
-            .values()
-            .filter(|v| v.len() == 1)
-            .and_then(|v| v.iter().next())
-        {
+        if let Some(value) = r.single_value() {
             node_labels
                 .entry(key.clone())
                 .or_insert_with(|| value.clone());

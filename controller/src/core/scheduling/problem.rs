@@ -200,11 +200,7 @@ impl LaunchChoice<'_> {
     ) -> BTreeMap<String, String> {
         let mut labels = pool_labels.clone();
         for (key, req) in self.instance_type.requirements.iter() {
-            if let Some(v) = req
-                .values()
-                .filter(|v| v.len() == 1)
-                .and_then(|v| v.iter().next())
-            {
+            if let Some(v) = req.single_value() {
                 labels.insert(key.clone(), v.clone());
             }
         }

@@ -135,6 +135,13 @@ impl Requirement {
         (!self.complement).then_some(&self.values)
     }
 
+    /// The one value allowed, when exactly one is: what a node's label must then be.
+    pub fn single_value(&self) -> Option<&String> {
+        self.values()
+            .filter(|v| v.len() == 1)
+            .and_then(|v| v.iter().next())
+    }
+
     /// The set of values allowed by both.
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         let greater_than = max_opt(self.greater_than, other.greater_than);

@@ -645,8 +645,5 @@ fn node_domain(node: &Requirements, hostname: &str, key: &str) -> Option<String>
     if key == labels::HOSTNAME {
         return Some(hostname.to_string());
     }
-    node.get(key)
-        .and_then(|r| r.values())
-        .filter(|v| v.len() == 1)
-        .and_then(|v| v.iter().next().cloned())
+    node.get(key).and_then(|r| r.single_value()).cloned()
 }
