@@ -890,3 +890,43 @@ fn the_checker_judges_required_pod_affinity_and_anti_affinity_on_the_placement()
         ]
     );
 }
+
+#[test]
+fn nearly_empty_nodes_a_spread_leaves_fold_into_the_others_room() {
+    // 22 zone-spread pods open a node per zone first; the plain pods then fill the first one
+    // and the rest each get a small node of their own. Folded, the plan is the cheapest there
+    // is: 19.5 CPU needs 20 CPU of spot capacity ($0.02 per CPU), one node in each zone.
+    let mut pods: Vec<SchedPod> = (0..22)
+        .map(|i| {
+            let mut p = labelled(&format!("web-{i}"), "web");
+            p.spreads = vec![TopologySpread {
+                max_skew: 1,
+                topology_key: labels::ZONE.into(),
+                when_unsatisfiable: Unsatisfiable::DoNotSchedule,
+                selector: Selector::label("app", "web"),
+                min_domains: None,
+                honor_node_affinity: true,
+                honor_taints: false,
+            }];
+            p
+        })
+        .collect();
+    pods.extend((0..10).map(|i| pod(&format!("api-{i}"), 500, 1)));
+    pods.extend((0..6).map(|i| pod(&format!("worker-{i}"), 1500, 2)));
+    let plan = solved(&Problem {
+        pools: vec![Arc::new(pool("default"))],
+        existing: vec![],
+        pods,
+    });
+    let choices: Vec<_> = plan
+        .nodeclaims
+        .iter()
+        .map(|n| n.launch_choice().expect("a launchable NodeClaim"))
+        .collect();
+    let zones: std::collections::BTreeSet<&str> =
+        choices.iter().map(|c| c.offering.zone.as_str()).collect();
+    let total: f64 = choices.iter().map(|c| c.offering.price).sum();
+    assert_eq!(plan.nodeclaims.len(), 3, "{:#?}", plan.nodeclaims);
+    assert_eq!(zones.len(), 3);
+    assert!((total - 0.40).abs() < 1e-9, "${total}/h");
+}

@@ -226,6 +226,14 @@ pub struct PodRules {
     keys: Vec<KeyRules>,
 }
 
+impl PodRules {
+    /// No rule at all: for a pod moved between nodes of the same domains, whose counts stay
+    /// as they are.
+    pub fn unchanged() -> Self {
+        PodRules { keys: Vec::new() }
+    }
+}
+
 /// Values a topology key can take on one pool's (or existing node's) nodes, and those nodes'
 /// taints.
 #[derive(Debug, Clone)]
@@ -331,6 +339,21 @@ impl Topology {
         });
         self.index.insert(gk, self.groups.len() - 1);
         self.groups.len() - 1
+    }
+
+    /// The topology keys of every group involving the pod: its own terms' and those counting it.
+    pub fn keys_of(&self, pod: usize) -> impl Iterator<Item = &str> {
+        let terms = &self.pods[pod];
+        let own = terms.spreads.iter().map(|(g, _)| *g);
+        let listed = [
+            &terms.affinity,
+            &terms.anti_affinity,
+            &terms.preferred_affinity,
+            &terms.preferred_anti_affinity,
+            &terms.selected_by,
+        ];
+        own.chain(listed.into_iter().flatten().copied())
+            .map(|g| self.groups[g].key.as_str())
     }
 
     /// True when topology cannot affect this pod (the common case: skip all of it).

@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 mod existing;
+mod merge;
 mod nodeclaim;
 mod packing;
 use nodeclaim::{efficient_types, max_allocatable};
@@ -71,6 +72,7 @@ struct PoolState<'a> {
     planned: i64,
 }
 
+#[derive(Clone)]
 struct Candidate {
     pool: usize,
     hostname: String,
@@ -264,6 +266,7 @@ impl<'a> Solver<'a> {
         for p in leftover {
             place(&mut self, p);
         }
+        self.fold_underfilled();
         self.repack_small_rounds();
         self.into_plan(unschedulable)
     }

@@ -13,6 +13,7 @@ use crate::core::scheduling::pod::{untolerated, SchedPod};
 use crate::core::scheduling::problem::{Limits, MinValuesPolicy, Rejection};
 use crate::core::scheduling::requirements::{Requirement, Requirements};
 use crate::core::scheduling::resources::{Resources, CPU, MEMORY};
+use crate::core::scheduling::topology::Placement;
 
 /// Share above the best single-type cost at which a type still counts as efficient.
 const EFFICIENCY_TOLERANCE: f64 = 0.10;
@@ -350,6 +351,14 @@ impl Solver<'_> {
     }
 
     pub(super) fn commit(&mut self, c: usize, p: usize, update: Update) {
+        let placement = self.add_to(c, p, update);
+        self.placed.push(p);
+        self.topology.record(p, &placement);
+    }
+
+    /// Puts the pod on the NodeClaim (requirements, types, the pool's reservation); returns
+    /// its domains there, the NodeClaim's hostname included.
+    pub(super) fn add_to(&mut self, c: usize, p: usize, update: Update) -> Placement {
         let pod = &self.problem.pods[p];
         let candidate = &mut self.candidates[c];
         let pool = &mut self.pools[candidate.pool];
@@ -373,12 +382,11 @@ impl Solver<'_> {
         pool.reserved += pool.types[candidate.types[0] as usize].capacity;
         candidate.requests += pod.requests;
         candidate.pods.push(p);
-        self.placed.push(p);
         candidate.ports.extend(pod.host_ports.iter().cloned());
         let mut placement = update.placement;
         if !placement.iter().any(|(k, _)| k == labels::HOSTNAME) {
             placement.push((labels::HOSTNAME.to_string(), candidate.hostname.clone()));
         }
-        self.topology.record(p, &placement);
+        placement
     }
 }
