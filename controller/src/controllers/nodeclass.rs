@@ -10,7 +10,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -23,6 +22,7 @@ use crate::core::ami_family::user_data;
 use crate::core::nodeclass::{conditions, Verdicts};
 use crate::metrics::OutcomeLabels;
 use crate::runtime::events::publish;
+use crate::runtime::stores::Changes;
 use crate::runtime::{finalizers, Context};
 use kube::runtime::events::EventType;
 /// Retry period while something is missing (a tag being added, a role being created).
@@ -177,9 +177,9 @@ fn error_policy(class: Arc<EC2NodeClass>, error: &Error, ctx: Arc<Context>) -> A
 }
 
 /// Runs until the stream ends (the process stops).
-pub async fn run(ctx: Arc<Context>) {
-    let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+pub async fn run(ctx: Arc<Context>, changes: Changes<EC2NodeClass>) {
+    ctx.stores.ready().await;
+    Controller::for_shared_stream(changes, ctx.stores.nodeclasses.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;

@@ -38,7 +38,7 @@ pub async fn run_controllers(ctx: Arc<Context>, feeds: stores::Feeds) {
     own.spawn(controllers::disruption::run(ctx.clone()));
     tokio::join!(
         feeds.caches,
-        controllers::nodeclass::run(ctx.clone()),
+        controllers::nodeclass::run(ctx.clone(), feeds.nodeclass_changes),
         controllers::garbage::run(ctx.clone()),
         controllers::nodeclaim::run(ctx.clone(), feeds.nodeclaim_changes),
         controllers::pool_status::run(ctx.clone()),

@@ -92,9 +92,11 @@ where
 /// Every object a cache applied, as it was applied, for a controller to follow.
 pub type Changes<K> = futures::channel::mpsc::UnboundedReceiver<Arc<K>>;
 
-/// The NodeClaim cache, and its changes for the lifecycle controller: one watch and one copy of
-/// each NodeClaim (kube's `Controller::new` keeps a second, untrimmed cache of its own: 33 KB
-/// per NodeClaim with managedFields, a tenth of the controller's heap at 500 nodes).
+/// A cache and its changes, for a controller that follows them: one watch and one copy of each
+/// object (kube's `Controller::new` keeps a second, untrimmed cache of its own: 33 KB per
+/// NodeClaim with managedFields, a tenth of the controller's heap at 500 nodes), and the
+/// caches' watch backoff, capped at 5 s, where `Controller::new`'s grows to 30 s after an
+/// API server outage.
 ///
 /// Each change is handed over as the object itself, not as a reference into the cache. kube's
 /// shared-store subscription (`ReflectHandle`) looks each reference up when it is read, and
@@ -164,10 +166,11 @@ where
 }
 
 /// What keeps the caches filled (run it for the process's life, beside the controllers), and
-/// the NodeClaim changes the lifecycle controller follows.
+/// the NodeClaim and EC2NodeClass changes their controllers follow.
 pub struct Feeds {
     pub caches: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     pub nodeclaim_changes: Changes<NodeClaim>,
+    pub nodeclass_changes: Changes<EC2NodeClass>,
 }
 
 impl Stores {
@@ -178,7 +181,8 @@ impl Stores {
         let (nodeclaims, nodeclaim_changes, c) =
             cache_with_changes::<NodeClaim>(client, trim::metadata);
         let (nodepools, d) = cache::<NodePool>(client, trim::metadata);
-        let (nodeclasses, e) = cache::<EC2NodeClass>(client, trim::metadata);
+        let (nodeclasses, nodeclass_changes, e) =
+            cache_with_changes::<EC2NodeClass>(client, trim::metadata);
         let (daemonsets, f) = cache::<DaemonSet>(client, trim::metadata);
         let (pdbs, g) = cache::<PodDisruptionBudget>(client, trim::metadata);
         let (nodeoverlays, h) = cache::<NodeOverlay>(client, trim::metadata);
@@ -212,6 +216,7 @@ impl Stores {
             Feeds {
                 caches,
                 nodeclaim_changes,
+                nodeclass_changes,
             },
         )
     }
