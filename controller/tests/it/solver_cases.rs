@@ -371,22 +371,25 @@ fn pods_that_repel_each_other_per_node_open_the_nodes_the_others_then_fill() {
     }
 }
 
+/// A 250m pod labelled `app: web`, spread over zones with its kind (maxSkew 1).
+fn zone_spread_web(name: &str) -> SchedPod {
+    let mut p = labelled(name, "web");
+    p.spreads = vec![TopologySpread {
+        max_skew: 1,
+        topology_key: labels::ZONE.into(),
+        when_unsatisfiable: Unsatisfiable::DoNotSchedule,
+        selector: Selector::label("app", "web"),
+        min_domains: None,
+        honor_node_affinity: true,
+        honor_taints: false,
+    }];
+    p
+}
+
 #[test]
 fn zone_spread_balances_replicas_across_zones() {
     let pods = (0..6)
-        .map(|i| {
-            let mut p = labelled(&format!("web-{i}"), "web");
-            p.spreads = vec![TopologySpread {
-                max_skew: 1,
-                topology_key: labels::ZONE.into(),
-                when_unsatisfiable: Unsatisfiable::DoNotSchedule,
-                selector: Selector::label("app", "web"),
-                min_domains: None,
-                honor_node_affinity: true,
-                honor_taints: false,
-            }];
-            p
-        })
+        .map(|i| zone_spread_web(&format!("web-{i}")))
         .collect();
     let plan = solved(&Problem {
         pools: vec![Arc::new(pool("default"))],
@@ -897,19 +900,7 @@ fn nearly_empty_nodes_a_spread_leaves_fold_into_the_others_room() {
     // and the rest each get a small node of their own. Folded, the plan is the cheapest there
     // is: 19.5 CPU needs 20 CPU of spot capacity ($0.02 per CPU), one node in each zone.
     let mut pods: Vec<SchedPod> = (0..22)
-        .map(|i| {
-            let mut p = labelled(&format!("web-{i}"), "web");
-            p.spreads = vec![TopologySpread {
-                max_skew: 1,
-                topology_key: labels::ZONE.into(),
-                when_unsatisfiable: Unsatisfiable::DoNotSchedule,
-                selector: Selector::label("app", "web"),
-                min_domains: None,
-                honor_node_affinity: true,
-                honor_taints: false,
-            }];
-            p
-        })
+        .map(|i| zone_spread_web(&format!("web-{i}")))
         .collect();
     pods.extend((0..10).map(|i| pod(&format!("api-{i}"), 500, 1)));
     pods.extend((0..6).map(|i| pod(&format!("worker-{i}"), 1500, 2)));

@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 mod existing;
-mod merge;
+mod fold;
 mod nodeclaim;
 mod packing;
 use nodeclaim::{efficient_types, max_allocatable};
