@@ -373,6 +373,12 @@ fn pods_that_repel_each_other_per_node_open_the_nodes_the_others_then_fill() {
 
 /// A 250m pod labelled `app: web`, spread over zones with its kind (maxSkew 1).
 fn zone_spread_web(name: &str) -> SchedPod {
+    zone_spread_web_honoring(name, false)
+}
+
+/// The same; with `honor_taints` (`nodeTaintsPolicy: Honor`) its spread leaves out the zones
+/// of nodes whose taints it does not tolerate.
+fn zone_spread_web_honoring(name: &str, honor_taints: bool) -> SchedPod {
     let mut p = labelled(name, "web");
     p.spreads = vec![TopologySpread {
         max_skew: 1,
@@ -381,7 +387,7 @@ fn zone_spread_web(name: &str) -> SchedPod {
         selector: Selector::label("app", "web"),
         min_domains: None,
         honor_node_affinity: true,
-        honor_taints: false,
+        honor_taints,
     }];
     p
 }
@@ -555,19 +561,7 @@ fn node_taints_policy_decides_whether_tainted_pools_count_as_spread_domains() {
     }];
     let pods = |honor_taints: bool| -> Vec<SchedPod> {
         (0..4)
-            .map(|i| {
-                let mut p = labelled(&format!("web-{i}"), "web");
-                p.spreads = vec![TopologySpread {
-                    max_skew: 1,
-                    topology_key: labels::ZONE.into(),
-                    when_unsatisfiable: Unsatisfiable::DoNotSchedule,
-                    selector: Selector::label("app", "web"),
-                    min_domains: None,
-                    honor_node_affinity: true,
-                    honor_taints,
-                }];
-                p
-            })
+            .map(|i| zone_spread_web_honoring(&format!("web-{i}"), honor_taints))
             .collect()
     };
     // Honor: zone-c (only on tainted nodes) is not a domain, so a and b take two each.
