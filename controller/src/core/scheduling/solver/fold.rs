@@ -11,11 +11,12 @@
 
 use std::rc::Rc;
 
+use super::packing::plain_attempt;
 use super::{Attempt, Candidate, Solver};
 use crate::api::labels;
 use crate::core::scheduling::requirements::{Requirement, Requirements};
 use crate::core::scheduling::resources::Resources;
-use crate::core::scheduling::topology::{ActiveTerms, PodRules};
+use crate::core::scheduling::topology::PodRules;
 
 /// Folds tried in vain before the pass stops: each try scans every NodeClaim per pod, and the
 /// least-filled ones are the likeliest to fold.
@@ -126,12 +127,8 @@ impl Solver<'_> {
     ) -> Option<(usize, super::Update)> {
         let attempt = Attempt {
             requirements: pins,
-            active: ActiveTerms {
-                preferred_affinity: false,
-                schedule_anyway_spreads: false,
-                order_safe: false,
-            },
             rules: Some(Rc::new(PodRules::unchanged())),
+            ..plain_attempt()
         };
         let weight = self.pools[self.candidates[a].pool].input.weight;
         let requests = self.problem.pods[p].requests;
@@ -139,14 +136,10 @@ impl Solver<'_> {
             let c = &self.candidates[b];
             b != a && self.pools[c.pool].input.weight >= weight
         };
-        let has_room = |c: &Candidate| {
-            let pool = &self.pools[c.pool];
-            (c.requests + requests).fits_in(&pool.types[c.types[0] as usize].allocatable)
-        };
         for roomy_only in [true, false] {
             for b in (0..self.candidates.len()).filter(|&b| eligible(b)) {
                 let c = &self.candidates[b];
-                if roomy_only && !has_room(c) {
+                if roomy_only && !self.cheapest_type_holds(c, requests) {
                     continue;
                 }
                 if let Ok(update) = self.try_candidate(c, p, &attempt) {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::super::pod::untolerated;
 use super::super::resources::Resources;
-use super::{Attempt, Solver};
+use super::{Attempt, Candidate, Solver};
 use crate::core::scheduling::topology::ActiveTerms;
 
 /// Beyond this many distinct pod shapes the dot-product choice is skipped (it is linear in
@@ -27,7 +27,8 @@ type Quota = BTreeMap<Shape, u64>;
 /// A type to buy: (type, whole nodes, shapes they take).
 type TypePlan = (u32, u64, Quota);
 
-fn plain_attempt() -> Attempt {
+/// An attempt with no preference in force (no node requirements, no topology rules taken).
+pub(super) fn plain_attempt() -> Attempt {
     Attempt {
         requirements: None,
         active: ActiveTerms {
@@ -50,6 +51,15 @@ impl Solver<'_> {
             && self.topology.is_free(p)
     }
 
+    /// Whether the NodeClaim's cheapest type still has room for `requests` more: taking them
+    /// costs nothing.
+    pub(super) fn cheapest_type_holds(&self, c: &Candidate, requests: Resources) -> bool {
+        c.types.first().is_some_and(|&cheapest| {
+            let room = self.pools[c.pool].types[cheapest as usize].allocatable;
+            (c.requests + requests).fits_in(&room)
+        })
+    }
+
     /// Places the pod where it costs nothing more: an existing node, or a planned NodeClaim
     /// whose cheapest instance type has room for it.
     pub(super) fn place_on_slack(&mut self, p: usize) -> bool {
@@ -61,11 +71,7 @@ impl Solver<'_> {
         }
         for c in 0..self.candidates.len() {
             let candidate = &self.candidates[c];
-            let Some(&cheapest) = candidate.types.first() else {
-                continue;
-            };
-            let room = self.pools[candidate.pool].types[cheapest as usize].allocatable;
-            if !(candidate.requests + pod.requests).fits_in(&room) {
+            if !self.cheapest_type_holds(candidate, pod.requests) {
                 continue;
             }
             if let Ok(update) = self.try_candidate(candidate, p, &attempt) {
