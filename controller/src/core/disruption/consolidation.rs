@@ -4,6 +4,7 @@
 //! over the cluster without the candidates, so a decision never strands a pod.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use kube::ResourceExt;
 
@@ -15,7 +16,9 @@ use super::{Budgets, Command, Inputs, Method};
 use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::scheduling::pod::pod_requests;
-use crate::core::scheduling::{CapacityType, NodeClaimPlan, Requirement, Resources};
+use crate::core::scheduling::{
+    CapacityType, NodeClaimPlan, PoolInput, Requirement, Resources, SchedPod,
+};
 use crate::core::state::resources;
 
 /// Multi-node consolidation looks at no more candidates than this.
@@ -302,14 +305,15 @@ pub fn single_node(
     }
 }
 
-/// When neither several nodes at once nor one at a time can go: the emptiest 3 to
-/// [`REPACK_MAX`] candidates of a pool, replaced by no more new nodes than they are and for
-/// less ([`cheaper_repack`]), their small pods taking the room left elsewhere (ours; upstream
+/// When neither several nodes at once nor one at a time can go: 3 to [`REPACK_MAX`]
+/// candidates of a pool, replaced by no more new nodes than they are and for less
+/// ([`cheaper_repack`]), their small pods taking the room left elsewhere (ours; upstream
 /// replaces several nodes by one at most, so a cluster whose every node has less room than its
-/// biggest pods stays as fragmented as it is). Spot nodes take part only with spot-to-spot
-/// consolidation on (else none would be replaced). Of the moves that can be made, the one that
-/// saves most, within the multi-node time bound; with none, each pool's largest try says why
-/// on its candidates (`kept`).
+/// biggest pods stays as fragmented as it is). Each pool's candidates are taken in the orders
+/// of [`repack_orders`]. Spot nodes take part only with spot-to-spot consolidation on (else
+/// none would be replaced). Of the moves that can be made, the one that saves most, within the
+/// multi-node time bound; with none, each order's largest try says why on its candidates
+/// (`kept`).
 pub fn repack(
     inputs: &Inputs,
     world: &World,
@@ -330,36 +334,95 @@ pub fn repack(
         }
     }
     let mut best: Option<Command> = None;
-    // Per pool, its largest try refused and why.
-    let mut refused: Vec<(&[&Candidate], String)> = Vec::new();
+    // Per pool and order, its largest try refused, which nodes those are, and why.
+    let mut refused: Vec<(Vec<&Candidate>, &str, String)> = Vec::new();
     let mut tried = 0;
-    'pools: for (_, cands) in &pools {
-        let mut largest_refused = None;
-        for n in 3..=cands.len().min(REPACK_MAX) {
-            if tried > 0 && started.elapsed() >= inputs.timeouts.multi_node {
-                refused.extend(largest_refused);
-                break 'pools;
-            }
-            tried += 1;
-            match simulate(inputs, world, &cands[..n], totals, Moves::Repack) {
-                Ok(command) => {
-                    if best.as_ref().is_none_or(|b| better(&command, b)) {
-                        best = Some(command);
-                    }
+    'pools: for (pool, cands) in &pools {
+        for (which, order) in repack_orders(pool, cands, world.pools(inputs)) {
+            let mut largest_refused = None;
+            for n in 3..=order.len().min(REPACK_MAX) {
+                if tried > 0 && started.elapsed() >= inputs.timeouts.multi_node {
+                    refused.extend(largest_refused);
+                    break 'pools;
                 }
-                Err(why) => largest_refused = Some((&cands[..n], why)),
+                tried += 1;
+                match simulate(inputs, world, &order[..n], totals, Moves::Repack) {
+                    Ok(command) => {
+                        if best.as_ref().is_none_or(|b| better(&command, b)) {
+                            best = Some(command);
+                        }
+                    }
+                    Err(why) => largest_refused = Some((order[..n].to_vec(), which, why)),
+                }
             }
+            refused.extend(largest_refused);
         }
-        refused.extend(largest_refused);
     }
     if best.is_none() {
-        for (cands, why) in refused {
+        for (cands, which, why) in refused {
             let n = cands.len();
-            let why = format!("repacking its pool's {n} emptiest nodes: {why}");
+            let why = format!("repacking its pool's {n} {which}: {why}");
             kept.extend(cands.iter().map(|c| (c.claim.name_any(), why.clone())));
         }
     }
     best
+}
+
+/// The orders a repack takes a pool's candidates in, each named: the emptiest first (their
+/// pods likeliest fit elsewhere), then the nodes holding the most CPU of pods a pool weighted
+/// above theirs may take, when those are at least three and not the same nodes. A fresh
+/// solve would put those pods on that pool; kube-scheduler bound them wherever they fitted,
+/// so after a scale-down they sit a few to a node on the dearer pool's fullest nodes, which
+/// the emptiest-first order never reaches.
+fn repack_orders<'c, 'a>(
+    pool: &str,
+    cands: &[&'c Candidate<'a>],
+    pools: &[Arc<PoolInput>],
+) -> Vec<(&'static str, Vec<&'c Candidate<'a>>)> {
+    let mut orders = vec![("emptiest nodes", cands.to_vec())];
+    let own = pools
+        .iter()
+        .find(|p| p.name == pool)
+        .map_or(0, |p| p.weight);
+    let above: Vec<&PoolInput> = pools
+        .iter()
+        .filter(|p| p.weight > own && p.replicas.is_none())
+        .map(|p| &**p)
+        .collect();
+    if above.is_empty() {
+        return orders;
+    }
+    let mut wanted: Vec<(i64, &Candidate)> = cands
+        .iter()
+        .map(|c| {
+            let cpu = c
+                .pods
+                .iter()
+                .map(|p| SchedPod::from_k8s(p, None))
+                .filter(|p| above.iter().any(|pool| pool.may_take(p)))
+                .map(|p| p.requests.cpu)
+                .sum();
+            (cpu, *c)
+        })
+        .filter(|(cpu, _)| *cpu > 0)
+        .collect();
+    // Stable: of two holding as much, the emptier first.
+    wanted.sort_by(|(a, _), (b, _)| b.cmp(a));
+    let wanted: Vec<&Candidate> = wanted.into_iter().map(|(_, c)| c).collect();
+    let first = |order: &[&Candidate]| -> Vec<String> {
+        order
+            .iter()
+            .take(REPACK_MAX)
+            .map(|c| c.claim.name_any())
+            .collect()
+    };
+    if wanted.len() >= 3 && first(&wanted) != first(cands) {
+        orders.push((
+            "nodes with most pods a higher-weighted pool may take",
+            wanted,
+        ));
+    }
+    orders
 }
 
 fn is_spot(c: &Candidate) -> bool {

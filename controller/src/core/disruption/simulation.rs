@@ -77,6 +77,15 @@ fn uninitialized(inputs: &Inputs) -> HashSet<String> {
 }
 
 impl World {
+    /// The pools every simulation of the pass solves over.
+    pub fn pools(&self, inputs: &Inputs) -> &[Arc<PoolInput>] {
+        &self.built(inputs).base.pools
+    }
+
+    fn built(&self, inputs: &Inputs) -> &Built {
+        self.built.get_or_init(|| Built::new(inputs))
+    }
+
     /// Where the candidates' pods would go with their nodes gone (seen as going: left out,
     /// their pods placed again), or why some pod could not go anywhere.
     pub fn reschedule(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
@@ -143,7 +152,7 @@ impl World {
 
     /// The cluster without the candidates' nodes, their pods (and the headroom) to place.
     fn without(&self, inputs: &Inputs, cands: &[&Candidate]) -> (&Built, Problem) {
-        let built = self.built.get_or_init(|| Built::new(inputs));
+        let built = self.built(inputs);
         let going: HashSet<String> = cands.iter().map(|c| c.node.name_any()).collect();
         let problem = Problem {
             pools: built.base.pools.clone(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::instance_type::InstanceType;
-use super::pod::{untolerated, SchedPod};
+use super::pod::SchedPod;
 use super::problem::{Limits, PoolInput};
 use super::requirements::{Requirement, Requirements};
 use super::resources::Resources;
@@ -38,25 +38,14 @@ pub fn pool_input(
     let limit = |key: &str| {
         pool.spec.limits.get(key).map(|q| if key == "cpu" { q.millis() } else { q.units_ceil() } as i64)
     };
-    let node_labels_req = Requirements::from_labels(&node_labels);
-    let daemon_overhead = daemonsets
-        .iter()
-        .filter(|d| untolerated(&template.spec.taints, &d.tolerations).is_none())
-        .filter(|d| {
-            d.node_terms.is_empty()
-                || d.node_terms.iter().any(|t| {
-                    t.conflict(&requirements).is_none() && t.conflict(&node_labels_req).is_none()
-                })
-        })
-        .fold(Resources::ZERO, |acc, d| acc + d.requests);
-    PoolInput {
+    let mut input = PoolInput {
         name,
         weight: pool.spec.weight.unwrap_or(0),
         requirements,
         labels: node_labels,
         taints: template.spec.taints.clone(),
         instance_types,
-        daemon_overhead,
+        daemon_overhead: Resources::ZERO,
         limits: Limits {
             cpu: limit("cpu"),
             memory: limit("memory"),
@@ -66,5 +55,10 @@ pub fn pool_input(
         nodes_in_use: 0,
         replicas: pool.spec.replicas,
         admitted: Default::default(),
-    }
+    };
+    input.daemon_overhead = daemonsets
+        .iter()
+        .filter(|d| input.may_take(d))
+        .fold(Resources::ZERO, |acc, d| acc + d.requests);
+    input
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use super::instance_type::{CapacityType, InstanceType, Offering};
-use super::pod::{PodKey, SchedPod};
+use super::pod::{untolerated, PodKey, SchedPod};
 use super::requirements::{type_satisfies, Requirements};
 use super::resources::{format_amount, Resources};
 use super::topology::TopologyRejection;
@@ -56,6 +56,18 @@ pub struct AdmittedTypes {
 }
 
 impl PoolInput {
+    /// Whether the pool's nodes could hold the pod at all, its requests aside: every taint
+    /// tolerated and, when it has required node affinity, one of its terms compatible with
+    /// the pool's requirements (and so its template labels).
+    pub fn may_take(&self, pod: &SchedPod) -> bool {
+        untolerated(&self.taints, &pod.tolerations).is_none()
+            && (pod.node_terms.is_empty()
+                || pod
+                    .node_terms
+                    .iter()
+                    .any(|t| t.conflict(&self.requirements).is_none()))
+    }
+
     pub fn admitted(&self) -> &AdmittedTypes {
         self.admitted.get_or_init(|| {
             let provided: HashSet<String> = self
