@@ -543,8 +543,13 @@ fn pods_bound_to_dear_nodes_move_to_a_cheaper_pool_in_a_repack_of_as_many_nodes(
 /// Ten "mid" nodes of pool p with one 3.5-CPU pod each, then three full ones like
 /// [`tolerating_pods_on_on_demand_nodes`] (a 2-CPU pod and two 1-CPU pods tolerating pool s's
 /// taint): the pods a spot pool may take sit on the fullest nodes, as after a scale-down.
-fn tolerating_pods_on_the_fullest_nodes() -> Snapshot {
+/// Pool p's budget lets `budget` nodes go at once.
+fn tolerating_pods_on_the_fullest_nodes(budget: &str) -> Snapshot {
     let mut snap = tolerating_pods_on_on_demand_nodes(true);
+    snap.nodepools[0] = from(pool(
+        json!({"consolidateAfter": "30s", "budgets": [{"nodes": budget}]}),
+        "720h",
+    ));
     for i in 0..10 {
         let name = format!("e{i}");
         let (n, claim) = node(&name, "mid", 4, LONG_AGO, json!({}));
@@ -562,19 +567,34 @@ fn a_repack_reaches_the_full_nodes_holding_pods_a_higher_weighted_pool_may_take(
     // and two of them need an 8-CPU node as dear as two 4-CPU ones. The three full nodes hold
     // the pods pool s (weight 50) may take: repacked, those go to spot and the 2-CPU pods onto
     // one on-demand node.
-    let snap = tolerating_pods_on_the_fullest_nodes();
-    let d = run_with(&snap, types_with_spot(), &Knobs::default());
-    let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
-    assert_eq!(c.method, Method::Underutilized);
-    assert_eq!(c.candidates, ["claim-a", "claim-b", "claim-c"]);
-    assert!(
-        c.replacements.iter().any(|r| r.pool == "s"),
-        "{:?}",
-        c.replacements
+    // The budget bounds how many nodes a repack takes, not which: with three at a time (the
+    // three emptiest are e0 to e2), the same three full nodes go.
+    for budget in ["100%", "3"] {
+        let snap = tolerating_pods_on_the_fullest_nodes(budget);
+        let d = run_with(&snap, types_with_spot(), &Knobs::default());
+        let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
+        assert_eq!(c.method, Method::Underutilized);
+        assert_eq!(
+            c.candidates,
+            ["claim-a", "claim-b", "claim-c"],
+            "budget {budget}"
+        );
+        assert!(
+            c.replacements.iter().any(|r| r.pool == "s"),
+            "{:?}",
+            c.replacements
+        );
+        assert!(c.saving >= 0.05 * 0.6, "{}", c.saving);
+        let again = revalidate_over(&snap, &types_with_spot(), &c).expect("still valid");
+        assert!(again.same_as(&c));
+    }
+    // With two at a time no repack is tried (it takes three or more).
+    let d = run_with(
+        &tolerating_pods_on_the_fullest_nodes("2"),
+        types_with_spot(),
+        &Knobs::default(),
     );
-    assert!(c.saving >= 0.05 * 0.6, "{}", c.saving);
-    let again = revalidate_over(&snap, &types_with_spot(), &c).expect("still valid");
-    assert!(again.same_as(&c));
+    assert!(d.command.is_none(), "{:?}", d.command);
 }
 
 /// Two full nodes (a 3-CPU pod each) and two quarter-full ones (two 500m pods each), all

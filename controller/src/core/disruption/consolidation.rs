@@ -306,7 +306,7 @@ pub fn single_node(
 }
 
 /// When neither several nodes at once nor one at a time can go: 3 to [`REPACK_MAX`]
-/// candidates of a pool, replaced by no more new nodes than they are and for less
+/// candidates of a pool (no more than its budget lets go at once), replaced by no more new nodes than they are and for less
 /// ([`cheaper_repack`]), their small pods taking the room left elsewhere (ours; upstream
 /// replaces several nodes by one at most, so a cluster whose every node has less room than its
 /// biggest pods stays as fragmented as it is). Each pool's candidates are taken in the orders
@@ -317,30 +317,39 @@ pub fn single_node(
 pub fn repack(
     inputs: &Inputs,
     world: &World,
-    allowed: &[&Candidate],
+    allowed: &Allowed,
     totals: &HashMap<String, PoolTotals>,
     kept: &mut Vec<(String, String)>,
 ) -> Option<Command> {
     let started = std::time::Instant::now();
-    let mut pools: Vec<(String, Vec<&Candidate>)> = Vec::new();
-    for c in allowed {
+    // Per pool: every candidate, emptiest first, and how many its budget lets go at once
+    // (the budget bounds how many a repack takes, not which).
+    let mut pools: Vec<(String, Vec<&Candidate>, usize)> = Vec::new();
+    for c in &allowed.one_at_a_time {
         if is_spot(c) && !inputs.spot_to_spot {
             continue;
         }
         let pool = c.pool.name_any();
-        match pools.iter_mut().find(|(name, _)| *name == pool) {
-            Some((_, cands)) => cands.push(c),
-            None => pools.push((pool, vec![c])),
+        match pools.iter_mut().find(|(name, _, _)| *name == pool) {
+            Some((_, cands, _)) => cands.push(c),
+            None => {
+                let budget = allowed
+                    .together
+                    .iter()
+                    .filter(|t| t.pool.name_any() == pool);
+                let budget = budget.count();
+                pools.push((pool, vec![c], budget));
+            }
         }
     }
     let mut best: Option<Command> = None;
     // Per pool and order, its largest try refused, which nodes those are, and why.
     let mut refused: Vec<(Vec<&Candidate>, &str, String)> = Vec::new();
     let mut tried = 0;
-    'pools: for (pool, cands) in &pools {
+    'pools: for (pool, cands, budget) in &pools {
         for (which, order) in repack_orders(pool, cands, world.pools(inputs)) {
             let mut largest_refused = None;
-            for n in 3..=order.len().min(REPACK_MAX) {
+            for n in 3..=order.len().min(REPACK_MAX).min(*budget) {
                 if tried > 0 && started.elapsed() >= inputs.timeouts.multi_node {
                     refused.extend(largest_refused);
                     break 'pools;

@@ -180,10 +180,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
                 // Only once single-node consolidation has tried every candidate.
                 .or_else(|| match stopped_at {
                     Some(_) => None,
-                    None => {
-                        let together = &allowed.together;
-                        consolidation::repack(inputs, &world, together, &totals, &mut kept)
-                    }
+                    None => consolidation::repack(inputs, &world, &allowed, &totals, &mut kept),
                 });
             found.kept.extend(kept);
             command
