@@ -70,6 +70,9 @@ pub struct Context {
     pub progress: Box<dyn Progress>,
     /// The controller image this run built, once a step asked for it.
     built_image: std::sync::OnceLock<Image>,
+    /// The chart's CRDs with `controller.install: helm`, read once per run (`helm show crds`
+    /// is a subprocess, and the CRD and inventory steps both ask).
+    chart_crds: std::sync::OnceLock<Vec<serde_json::Value>>,
 }
 
 impl Context {
@@ -101,6 +104,7 @@ impl Context {
             options: inputs.options,
             progress: inputs.progress,
             built_image: std::sync::OnceLock::new(),
+            chart_crds: std::sync::OnceLock::new(),
         })
     }
 
@@ -146,6 +150,15 @@ impl Context {
         let image = tokio::task::block_in_place(|| crate::image::build(self.progress.as_ref()))
             .context("building the controller image")?;
         Ok(self.built_image.get_or_init(|| image))
+    }
+
+    /// The CRDs the configured chart carries (see `helm::chart_crds`), read once per run.
+    pub fn chart_crds(&self) -> Result<&[serde_json::Value]> {
+        if let Some(crds) = self.chart_crds.get() {
+            return Ok(crds);
+        }
+        let crds = crate::bootstrap::cluster::controller::helm::chart_crds(self)?;
+        Ok(self.chart_crds.get_or_init(|| crds))
     }
 
     /// What the controller Deployment runs: the published `repository:tag`, or the ECR

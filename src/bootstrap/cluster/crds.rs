@@ -22,7 +22,7 @@ pub fn desired(ctx: &Context) -> Result<Vec<Value>> {
         env!("CARGO_PKG_VERSION").to_string(),
     );
     let crds = if ctx.config.controller.install == Install::Helm {
-        super::controller::helm::chart_crds(ctx)?
+        ctx.chart_crds()?.to_vec()
     } else {
         jointer_controller::crds::all()
             .into_iter()
