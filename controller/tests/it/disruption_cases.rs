@@ -506,14 +506,10 @@ fn tolerating_pods_on_on_demand_nodes(spot_pool: bool) -> Snapshot {
     snap
 }
 
-#[test]
-fn pods_bound_to_dear_nodes_move_to_a_cheaper_pool_in_a_repack_of_as_many_nodes() {
-    // No node can go or be replaced alone (its pods need an on-demand node as dear), no two
-    // fit one node. Repacked, the 1-CPU pods go to the spot pool, which their tolerations
-    // allow, and the rest onto one big on-demand node: dearer than an equal share of the
-    // three ($0.2 each), but cheaper together.
-    let snap = tolerating_pods_on_on_demand_nodes(true);
-    let d = run_with(&snap, types_with_spot(), &Knobs::default());
+/// The decision over `snap` repacks nodes a, b and c (no more new nodes than they are, one
+/// of them in the spot pool s, at least 5 % cheaper), and holds when validated again.
+fn assert_nodes_a_b_c_repacked_onto_spot(snap: &Snapshot) {
+    let d = run_with(snap, types_with_spot(), &Knobs::default());
     let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
     assert_eq!(c.method, Method::Underutilized);
     assert_eq!(c.candidates, ["claim-a", "claim-b", "claim-c"]);
@@ -524,8 +520,17 @@ fn pods_bound_to_dear_nodes_move_to_a_cheaper_pool_in_a_repack_of_as_many_nodes(
         c.replacements
     );
     assert!(c.saving >= 0.05 * 0.6, "{}", c.saving);
-    let again = revalidate_over(&snap, &types_with_spot(), &c).expect("still valid");
+    let again = revalidate_over(snap, &types_with_spot(), &c).expect("still valid");
     assert!(again.same_as(&c));
+}
+
+#[test]
+fn pods_bound_to_dear_nodes_move_to_a_cheaper_pool_in_a_repack_of_as_many_nodes() {
+    // No node can go or be replaced alone (its pods need an on-demand node as dear), no two
+    // fit one node. Repacked, the 1-CPU pods go to the spot pool, which their tolerations
+    // allow, and the rest onto one big on-demand node: dearer than an equal share of the
+    // three ($0.2 each), but cheaper together.
+    assert_nodes_a_b_c_repacked_onto_spot(&tolerating_pods_on_on_demand_nodes(true));
     // Without the spot pool the same pods need on-demand nodes as dear as now.
     let d = run_with(
         &tolerating_pods_on_on_demand_nodes(false),
@@ -570,23 +575,7 @@ fn a_repack_reaches_the_full_nodes_holding_pods_a_higher_weighted_pool_may_take(
     // The budget bounds how many nodes a repack takes, not which: with three at a time (the
     // three emptiest are e0 to e2), the same three full nodes go.
     for budget in ["100%", "3"] {
-        let snap = tolerating_pods_on_the_fullest_nodes(budget);
-        let d = run_with(&snap, types_with_spot(), &Knobs::default());
-        let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
-        assert_eq!(c.method, Method::Underutilized);
-        assert_eq!(
-            c.candidates,
-            ["claim-a", "claim-b", "claim-c"],
-            "budget {budget}"
-        );
-        assert!(
-            c.replacements.iter().any(|r| r.pool == "s"),
-            "{:?}",
-            c.replacements
-        );
-        assert!(c.saving >= 0.05 * 0.6, "{}", c.saving);
-        let again = revalidate_over(&snap, &types_with_spot(), &c).expect("still valid");
-        assert!(again.same_as(&c));
+        assert_nodes_a_b_c_repacked_onto_spot(&tolerating_pods_on_the_fullest_nodes(budget));
     }
     // With two at a time no repack is tried (it takes three or more).
     let d = run_with(
