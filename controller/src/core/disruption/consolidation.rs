@@ -306,14 +306,14 @@ pub fn single_node(
 }
 
 /// When neither several nodes at once nor one at a time can go: 3 to [`REPACK_MAX`]
-/// candidates of a pool (no more than its budget lets go at once), replaced by no more new nodes than they are and for less
-/// ([`cheaper_repack`]), their small pods taking the room left elsewhere (ours; upstream
-/// replaces several nodes by one at most, so a cluster whose every node has less room than its
-/// biggest pods stays as fragmented as it is). Each pool's candidates are taken in the orders
-/// of [`repack_orders`]. Spot nodes take part only with spot-to-spot consolidation on (else
-/// none would be replaced). Of the moves that can be made, the one that saves most, within the
-/// multi-node time bound; with none, each order's largest try says why on its candidates
-/// (`kept`).
+/// candidates of a pool (no more than its budget lets go at once), replaced by no more new
+/// nodes than they are and for less ([`cheaper_repack`]), their small pods taking the room
+/// left elsewhere (ours; upstream replaces several nodes by one at most, so a cluster whose
+/// every node has less room than its biggest pods stays as fragmented as it is). Each pool's
+/// candidates are taken in the orders of [`repack_orders`]. Spot nodes take part only with
+/// spot-to-spot consolidation on (else none would be replaced). Of the moves that can be made,
+/// the one that saves most, within the multi-node time bound; with none, each order's largest
+/// try says why on its candidates (`kept`).
 pub fn repack(
     inputs: &Inputs,
     world: &World,
