@@ -322,34 +322,33 @@ pub fn repack(
     kept: &mut Vec<(String, String)>,
 ) -> Option<Command> {
     let started = std::time::Instant::now();
-    // Per pool: every candidate, emptiest first, and how many its budget lets go at once
-    // (the budget bounds how many a repack takes, not which).
-    let mut pools: Vec<(String, Vec<&Candidate>, usize)> = Vec::new();
+    // Per pool, every candidate, emptiest first: the budget bounds how many a repack takes,
+    // not which.
+    let mut pools: Vec<(String, Vec<&Candidate>)> = Vec::new();
     for c in &allowed.one_at_a_time {
         if is_spot(c) && !inputs.spot_to_spot {
             continue;
         }
         let pool = c.pool.name_any();
-        match pools.iter_mut().find(|(name, _, _)| *name == pool) {
-            Some((_, cands, _)) => cands.push(c),
-            None => {
-                let budget = allowed
-                    .together
-                    .iter()
-                    .filter(|t| t.pool.name_any() == pool);
-                let budget = budget.count();
-                pools.push((pool, vec![c], budget));
-            }
+        match pools.iter_mut().find(|(name, _)| *name == pool) {
+            Some((_, cands)) => cands.push(c),
+            None => pools.push((pool, vec![c])),
         }
     }
     let mut best: Option<Command> = None;
     // Per pool and order, its largest try refused, which nodes those are, and why.
     let mut refused: Vec<(Vec<&Candidate>, &str, String)> = Vec::new();
     let mut tried = 0;
-    'pools: for (pool, cands, budget) in &pools {
+    'pools: for (pool, cands) in &pools {
+        // How many the pool's budget lets go at once: its share of `together`.
+        let budget = allowed
+            .together
+            .iter()
+            .filter(|t| t.pool.name_any() == *pool);
+        let budget = budget.count();
         for (which, order) in repack_orders(pool, cands, world.pools(inputs)) {
             let mut largest_refused = None;
-            for n in 3..=order.len().min(REPACK_MAX).min(*budget) {
+            for n in 3..=order.len().min(REPACK_MAX).min(budget) {
                 if tried > 0 && started.elapsed() >= inputs.timeouts.multi_node {
                     refused.extend(largest_refused);
                     break 'pools;
