@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -16,13 +17,15 @@ use kube::ResourceExt;
 use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::labels::TERMINATION_TIMESTAMP;
 use crate::api::nodeclaim::NodeClaim;
-use crate::core::disruption::{decide, revalidate, Command, Inputs};
+use crate::core::disruption::{decide, revalidate, Command, Decision, Inputs};
 use crate::core::drain::stale_disrupted;
 use crate::core::nodeclaim::from_plan;
 use crate::core::state::types_of_pools;
 use crate::metrics::ReasonLabels;
-use crate::runtime::{taints, Context};
+use crate::runtime::{taints, Context, WRITES_AT_ONCE};
 
+/// A decision that takes this long is logged even when it finds nothing to do.
+const SLOW_DECISION: Duration = Duration::from_secs(1);
 /// How long a replacement may take to become initialized before the command is abandoned.
 const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -86,19 +89,40 @@ async fn decide_now(
     let decision = with_inputs(ctx, single_node_from, |inputs| {
         let started = Instant::now();
         let decision = decide(inputs);
-        ctx.metrics
-            .disruption_decision
-            .observe(started.elapsed().as_secs_f64());
-        decision
+        (decision, started.elapsed())
     })
     .await;
-    let Some(decision) = decision else {
+    let Some((decision, took)) = decision else {
         return (None, None);
     };
+    ctx.metrics.disruption_decision.observe(took.as_secs_f64());
+    log_decision(&decision, took);
     for (claim, why) in &decision.kept {
         tracing::debug!(nodeclaim = %claim, reason = %why, "kept");
     }
     (decision.command, decision.single_node_stopped_at)
+}
+
+/// One line per decision that acts or takes a while, with what each consolidation method
+/// spent (the decision histogram alone cannot say which one was slow).
+fn log_decision(decision: &Decision, took: Duration) {
+    let searched = decision
+        .searched
+        .iter()
+        .map(|(method, spent)| format!("{method} {} ms", spent.as_millis()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let method = decision
+        .command
+        .as_ref()
+        .map_or("none", |c| c.method.as_str());
+    let nodeclaims = decision.command.as_ref().map_or(0, |c| c.candidates.len());
+    let took_ms = took.as_millis();
+    if decision.command.is_some() || took >= SLOW_DECISION {
+        tracing::info!(method, nodeclaims, took_ms, %searched, "disruption decided");
+    } else {
+        tracing::debug!(method, nodeclaims, took_ms, %searched, "disruption decided");
+    }
 }
 
 /// `command` checked again on the cluster as it is now.
@@ -186,6 +210,23 @@ async fn bound_drain(
     }
 }
 
+/// `write` for every one of `claims`, [`WRITES_AT_ONCE`] at a time: the first error ends it.
+/// The writes are made before the first is awaited (a stream mapping them lazily does not
+/// prove `Send` for the spawned loop).
+async fn each_claim<'c, Fut>(
+    claims: &'c [NodeClaim],
+    write: impl FnMut(&'c NodeClaim) -> Fut,
+) -> anyhow::Result<()>
+where
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let writes: Vec<Fut> = claims.iter().map(write).collect();
+    futures::stream::iter(writes)
+        .buffer_unordered(WRITES_AT_ONCE)
+        .try_collect()
+        .await
+}
+
 async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let claims: Vec<NodeClaim> = ctx
@@ -197,9 +238,11 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
         .map(|c| c.as_ref().clone())
         .collect();
     let method = command.method.as_str();
-    for c in &claims {
-        set_taint(ctx, c, true).await?;
-    }
+    each_claim(
+        &claims,
+        |c| async move { Ok(set_taint(ctx, c, true).await?) },
+    )
+    .await?;
     let mut replacements = Vec::new();
     for plan in &command.replacements {
         let pool = ctx
@@ -242,17 +285,16 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
         if gone || started.elapsed() > REPLACEMENT_TIMEOUT {
             // Give the candidates back and try again later.
             let names = replacements.join(",");
-            for c in &claims {
-                set_taint(ctx, c, false).await?;
-                event(
-                    ctx,
-                    c,
-                    EventType::Warning,
-                    "DisruptionFailed",
-                    format!("the replacement {names} did not become ready; the node stays"),
-                )
-                .await;
-            }
+            let note = format!("the replacement {names} did not become ready; the node stays");
+            each_claim(&claims, |c| {
+                let note = note.clone();
+                async move {
+                    set_taint(ctx, c, false).await?;
+                    event(ctx, c, EventType::Warning, "DisruptionFailed", note).await;
+                    Ok(())
+                }
+            })
+            .await?;
             for r in &replacements {
                 let _ = api.delete(r, &DeleteParams::background()).await;
             }
@@ -266,21 +308,25 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
     } else {
         format!("; replaced by {}", replacements.join(", "))
     };
-    for c in &claims {
-        let note = match &command.why {
-            Some(why) => format!("{method}: {why}{replaced}"),
-            None => format!("{method}: saves ${:.4}/h{replaced}", command.saving),
-        };
-        event(ctx, c, EventType::Normal, "Disrupting", note).await;
-        if let Some(bound) = command.drain_bound {
-            bound_drain(&api, c, bound).await?;
+    let note = match &command.why {
+        Some(why) => format!("{method}: {why}{replaced}"),
+        None => format!("{method}: saves ${:.4}/h{replaced}", command.saving),
+    };
+    each_claim(&claims, |c| {
+        let (api, note) = (&api, note.clone());
+        async move {
+            event(ctx, c, EventType::Normal, "Disrupting", note).await;
+            if let Some(bound) = command.drain_bound {
+                bound_drain(api, c, bound).await?;
+            }
+            match api.delete(&c.name_any(), &DeleteParams::background()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(e.into()),
+            }
         }
-        match api.delete(&c.name_any(), &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    })
+    .await?;
     ctx.metrics
         .disruption_commands
         .get_or_create(&ReasonLabels {

@@ -22,7 +22,7 @@ use crate::core::nodeclaim::from_plan;
 use crate::core::scheduling::{solve_with, NodeClaimPlan, Plan, PodKey, Rejection};
 use crate::core::state::{build, pods_to_place, Built, Snapshot};
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::runtime::Context;
+use crate::runtime::{Context, WRITES_AT_ONCE};
 
 /// How often the pending set is looked at.
 const TICK: Duration = Duration::from_millis(200);
@@ -31,8 +31,6 @@ const TICK: Duration = Duration::from_millis(200);
 const RESOLVE_PERIOD: Duration = Duration::from_secs(10);
 /// The same why-pending message is not repeated on a pod more often than this.
 const EVENT_REPEAT: Duration = Duration::from_secs(300);
-/// API writes (NodeClaims, Events) in flight at once.
-const WRITES_AT_ONCE: usize = 16;
 
 /// The metric label of a rejection.
 fn reason_label(r: &Rejection) -> &'static str {

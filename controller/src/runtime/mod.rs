@@ -25,6 +25,10 @@ pub use process::run;
 
 use crate::controllers;
 
+/// API writes (NodeClaims, taints, Events, deletions) one loop keeps in flight at once: a
+/// thousand one round trip after another would take tens of seconds on a busy API server.
+pub const WRITES_AT_ONCE: usize = 16;
+
 /// Runs every controller over `ctx` (and the watch caches feeding it, `feeds`) until the process
 /// stops. The controller tests call this with the simulated cloud.
 ///

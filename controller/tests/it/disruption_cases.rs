@@ -182,6 +182,41 @@ fn an_empty_node_is_deleted() {
     assert!((c.saving - 0.1).abs() < 1e-9);
 }
 
+/// Nodes keep emptying during a scale-down: an emptiness command holds for those of its
+/// nodes that are still empty, whatever else has emptied meanwhile.
+#[test]
+fn an_emptiness_command_holds_for_its_nodes_still_empty() {
+    let nodes = [
+        node("a", "small", 2, LONG_AGO, json!({})),
+        node("b", "small", 2, LONG_AGO, json!({})),
+    ];
+    let pool = || pool(json!({"consolidateAfter": "30s"}), "720h");
+    let command = run(&snapshot(
+        pool(),
+        &nodes,
+        &[pod("pb", "b", "500m", json!({}))],
+    ))
+    .command
+    .expect("a command");
+    assert_eq!(
+        (command.method, command.candidates.clone()),
+        (Method::Empty, vec!["claim-a".to_string()])
+    );
+    // b's pod went too: the decision now empties a and b; the command still deletes a.
+    let again =
+        revalidate_over(&snapshot(pool(), &nodes, &[]), &types(), &command).expect("still valid");
+    assert_eq!(again.candidates, ["claim-a"]);
+    assert!((again.saving - 0.1).abs() < 1e-9, "{}", again.saving);
+    // A pod landed on a, and b emptied: none of the command's nodes is empty any more.
+    let why = revalidate_over(
+        &snapshot(pool(), &nodes, &[pod("pa", "a", "500m", json!({}))]),
+        &types(),
+        &command,
+    )
+    .expect_err("no longer valid");
+    assert!(why.contains("none of its nodes"), "{why}");
+}
+
 /// A node the provisioner just planned pending pods onto looks empty until kube-scheduler
 /// binds them: kept, whether nominated by its Node's name or (still in flight when planned)
 /// its NodeClaim's.

@@ -87,6 +87,9 @@ pub struct Decision {
     /// The candidate single-node consolidation had not reached when its time ran out: give
     /// it to the next pass as [`Inputs::single_node_from`].
     pub single_node_stopped_at: Option<String>,
+    /// How long each consolidation method searched, in the order they ran: what a slow
+    /// decision spent its time on.
+    pub searched: Vec<(&'static str, Duration)>,
 }
 
 /// What the loop knows besides the objects.
@@ -157,6 +160,7 @@ pub fn decide(inputs: &Inputs) -> Decision {
         now: inputs.now,
     };
     let mut stopped_at = None;
+    let mut searched = Vec::new();
     let command = expiration::command(&found.live, inputs.now)
         .or_else(|| repair::command(inputs, &mut found, &budgets))
         .or_else(|| emptiness::command(inputs, &mut found, &budgets))
@@ -165,8 +169,17 @@ pub fn decide(inputs: &Inputs) -> Decision {
             let mut kept = Vec::new();
             let allowed = consolidation::allowed(inputs, &mut found, &budgets, &totals);
             let world = simulation::World::default();
-            let command = consolidation::multi_node(inputs, &world, &allowed.together, &totals)
-                .or_else(|| {
+            let mut timed = |method: &'static str, search: &mut dyn FnMut() -> Option<Command>| {
+                let started = std::time::Instant::now();
+                let command = search();
+                searched.push((method, started.elapsed()));
+                command
+            };
+            let command = timed("multi-node", &mut || {
+                consolidation::multi_node(inputs, &world, &allowed.together, &totals)
+            })
+            .or_else(|| {
+                timed("single-node", &mut || {
                     let single = consolidation::single_node(
                         inputs,
                         &world,
@@ -177,11 +190,14 @@ pub fn decide(inputs: &Inputs) -> Decision {
                     stopped_at = single.stopped_at;
                     single.command
                 })
-                // Only once single-node consolidation has tried every candidate.
-                .or_else(|| match stopped_at {
-                    Some(_) => None,
-                    None => consolidation::repack(inputs, &world, &allowed, &totals, &mut kept),
-                });
+            })
+            // Only once single-node consolidation has tried every candidate.
+            .or_else(|| match stopped_at {
+                Some(_) => None,
+                None => timed("repack", &mut || {
+                    consolidation::repack(inputs, &world, &allowed, &totals, &mut kept)
+                }),
+            });
             found.kept.extend(kept);
             command
         });
@@ -189,15 +205,20 @@ pub fn decide(inputs: &Inputs) -> Decision {
         command,
         kept: found.kept,
         single_node_stopped_at: stopped_at,
+        searched,
     }
 }
 
 /// `command`, decided a moment ago, on the cluster as it is now: the command to act on, or
 /// why it no longer holds. A consolidation is simulated again over its own candidates; any
-/// other method is decided again and must come to the same command.
+/// other method is decided again and must come to the same command, except emptiness, which
+/// holds for those of its nodes the new decision empties too.
 pub fn revalidate(inputs: &Inputs, command: &Command) -> Result<Command, String> {
     if command.method != Method::Underutilized {
         return match decide(inputs).command {
+            Some(again) if command.method == Method::Empty && again.method == Method::Empty => {
+                still_empty(inputs, command, &again)
+            }
             Some(again) if again.same_as(command) => Ok(again),
             Some(other) => Err(format!(
                 "the cluster now calls for {} of {}",
@@ -214,6 +235,36 @@ pub fn revalidate(inputs: &Inputs, command: &Command) -> Result<Command, String>
         now: inputs.now,
     };
     consolidation::revalidate(inputs, &found, &budgets, &totals, command)
+}
+
+/// The nodes of an emptiness `command` that are in the new one (`again`) too: empty both
+/// times and within the budgets now. During a scale-down more nodes empty every second, so
+/// demanding the same set would put the command off pass after pass.
+fn still_empty(inputs: &Inputs, command: &Command, again: &Command) -> Result<Command, String> {
+    let candidates: Vec<String> = command
+        .candidates
+        .iter()
+        .filter(|c| again.candidates.contains(c))
+        .cloned()
+        .collect();
+    if candidates.is_empty() {
+        return Err(format!(
+            "none of its nodes is among those to delete as empty now ({})",
+            again.candidates.join(",")
+        ));
+    }
+    let saving = inputs
+        .snapshot
+        .nodeclaims
+        .iter()
+        .filter(|c| candidates.contains(&c.name_any()))
+        .filter_map(|c| claim_price(c, inputs.types_of_pool))
+        .sum();
+    Ok(Command {
+        candidates,
+        saving,
+        ..again.clone()
+    })
 }
 
 /// Balanced pools score moves against their totals, taken once for the pass.
