@@ -17,7 +17,8 @@ use kube::ResourceExt;
 use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::labels::TERMINATION_TIMESTAMP;
 use crate::api::nodeclaim::NodeClaim;
-use crate::core::disruption::{decide, revalidate, Command, Decision, Inputs};
+use crate::controllers::nodeclaim::drain;
+use crate::core::disruption::{decide, revalidate, Command, Decision, Inputs, Method};
 use crate::core::drain::stale_disrupted;
 use crate::core::nodeclaim::from_plan;
 use crate::core::state::types_of_pools;
@@ -227,6 +228,34 @@ where
         .await
 }
 
+/// The claims whose nodes hold no pod to move now that they are tainted; the others are
+/// untainted and stay. kube-scheduler may bind a pod to an empty node after the validation,
+/// until the taint reaches it: deleting the node then would evict that pod (a bare pod for
+/// good).
+async fn still_empty(ctx: &Context, claims: Vec<NodeClaim>) -> anyhow::Result<Vec<NodeClaim>> {
+    let looks: Vec<_> = claims
+        .into_iter()
+        .map(|claim| async move {
+            let node = claim.status.as_ref().and_then(|s| s.node_name.clone());
+            let pods = match &node {
+                Some(node) => drain::to_move(&ctx.client, node).await?,
+                None => 0,
+            };
+            if pods == 0 {
+                return Ok(Some(claim));
+            }
+            set_taint(ctx, &claim, false).await?;
+            tracing::info!(nodeclaim = %claim.name_any(), node = node.unwrap_or_default(), pods, "no longer empty: a pod was bound before the taint; the node stays");
+            Ok::<_, anyhow::Error>(None)
+        })
+        .collect();
+    let looked: Vec<Option<NodeClaim>> = futures::stream::iter(looks)
+        .buffer_unordered(WRITES_AT_ONCE)
+        .try_collect()
+        .await?;
+    Ok(looked.into_iter().flatten().collect())
+}
+
 async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let claims: Vec<NodeClaim> = ctx
@@ -243,6 +272,13 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
         |c| async move { Ok(set_taint(ctx, c, true).await?) },
     )
     .await?;
+    let claims = match command.method {
+        Method::Empty => still_empty(ctx, claims).await?,
+        _ => claims,
+    };
+    if claims.is_empty() {
+        return Ok(());
+    }
     let mut replacements = Vec::new();
     for plan in &command.replacements {
         let pool = ctx
