@@ -103,6 +103,8 @@ pub struct ConsolidationFigures {
     /// Making the cluster (solving the workload onto nodes): not part of the decision.
     pub build_seconds: f64,
     pub decision_seconds: f64,
+    /// Each consolidation method's search, in the order they ran.
+    pub searched: Vec<MethodSearch>,
     /// The decision's method (`Underutilized`, `Empty`, ...), or none when every node stays.
     pub method: Option<&'static str>,
     pub candidates: usize,
@@ -114,6 +116,13 @@ pub struct ConsolidationFigures {
     /// A fresh solve of the pods left onto new nodes: what a settled cluster could cost.
     pub fresh_solve_per_hour: f64,
     pub peak_rss_bytes: Option<u64>,
+}
+
+/// How long one consolidation method searched.
+#[derive(Debug, Serialize)]
+pub struct MethodSearch {
+    pub method: &'static str,
+    pub seconds: f64,
 }
 
 /// `jointer bench consolidation`: `pods` pods of the `aws` profile solved onto nodes, then
@@ -157,6 +166,14 @@ pub fn consolidation(
         nodes: c.snapshot.nodes.len(),
         build_seconds,
         decision_seconds,
+        searched: decision
+            .searched
+            .iter()
+            .map(|&(method, spent)| MethodSearch {
+                method,
+                seconds: spent.as_secs_f64(),
+            })
+            .collect(),
         method: command.map(|c| c.method.as_str()),
         candidates: command.map_or(0, |c| c.candidates.len()),
         replacements: command.map_or(0, |c| c.replacements.len()),

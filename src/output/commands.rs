@@ -384,6 +384,14 @@ fn print_consolidation(f: &ConsolidationFigures) {
     println!("nodes              {}", f.nodes);
     println!("cluster built in   {:.3} s", f.build_seconds);
     println!("decision           {:.3} s", f.decision_seconds);
+    if !f.searched.is_empty() {
+        let searched: Vec<String> = f
+            .searched
+            .iter()
+            .map(|s| format!("{} {:.3} s", s.method, s.seconds))
+            .collect();
+        println!("searched           {}", searched.join(", "));
+    }
     match f.method {
         Some(m) => println!(
             "command            {m}: {} node(s), {} replacement(s), saving ${:.2}/hour",

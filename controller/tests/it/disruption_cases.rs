@@ -182,6 +182,41 @@ fn an_empty_node_is_deleted() {
     assert!((c.saving - 0.1).abs() < 1e-9);
 }
 
+/// A full node whose pods fit in no other node's free room, and whose pods no cheaper type
+/// holds, is kept by single-node consolidation without a simulation (at a thousand full
+/// nodes, simulating each took seconds a pass); with a cheaper type that holds them, it is
+/// simulated and replaced.
+#[test]
+fn single_node_keeps_a_node_whose_pods_fit_nowhere_and_no_cheaper_type_holds() {
+    let nodes = [
+        node("a", "mid", 4, LONG_AGO, json!({})),
+        node("b", "mid", 4, LONG_AGO, json!({})),
+    ];
+    let pods = [
+        pod("pa", "a", "3", json!({})),
+        pod("pb", "b", "3", json!({})),
+    ];
+    let snap = snapshot(pool_of_unbounded_budget(), &nodes, &pods);
+    let mid_and_big = || vec![itype("mid", 4, 0.2), itype("big", 8, 0.4)];
+    let d = run_over(&snap, mid_and_big());
+    assert!(d.command.is_none(), "{:?}", d.command);
+    for claim in ["claim-a", "claim-b"] {
+        assert!(
+            kept_reason(&d, claim).contains("fits in no other node's free room"),
+            "{:?}",
+            d.kept
+        );
+    }
+    // A 3-CPU type at less than a mid's price: each node is replaced by one.
+    let mut cheaper = mid_and_big();
+    cheaper.push(itype("three", 3, 0.15));
+    let d = run_over(&snap, cheaper);
+    let c = d.command.unwrap_or_else(|| panic!("{:?}", d.kept));
+    assert_eq!(c.candidates.len(), 1);
+    assert_eq!(c.replacements.len(), 1);
+    assert!((c.saving - 0.05).abs() < 1e-9, "{}", c.saving);
+}
+
 /// Nodes keep emptying during a scale-down: an emptiness command holds for those of its
 /// nodes that are still empty, whatever else has emptied meanwhile.
 #[test]

@@ -18,7 +18,7 @@ use crate::api::conditions::{is_true, INITIALIZED};
 use crate::core::buffer::{self, buffer_name};
 use crate::core::scheduling::{
     solve_with, ExistingNode, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput, Problem,
-    SchedPod, Unschedulable,
+    Resources, SchedPod, Unschedulable,
 };
 use crate::core::state::{build, registered_nodes};
 
@@ -39,6 +39,8 @@ struct Built {
     headroom: Vec<SchedPod>,
     /// The nodes and in-flight NodeClaims of NodeClaims not initialized yet.
     uninitialized: HashSet<String>,
+    /// The most free room any node has, dimension by dimension.
+    largest_room: Resources,
 }
 
 impl Built {
@@ -50,10 +52,16 @@ impl Built {
             .into_iter()
             .filter(|p| housed.contains(&p.key))
             .collect();
+        let largest_room = base
+            .existing
+            .iter()
+            .map(|n| n.allocatable - n.requested)
+            .fold(Resources::ZERO, |a, free| a.max(&free));
         Built {
             base,
             headroom,
             uninitialized: uninitialized(inputs),
+            largest_room,
         }
     }
 }
@@ -80,6 +88,12 @@ impl World {
     /// The pools every simulation of the pass solves over.
     pub fn pools(&self, inputs: &Inputs) -> &[Arc<PoolInput>] {
         &self.built(inputs).base.pools
+    }
+
+    /// The most free room any node has, dimension by dimension (each may be another node's):
+    /// a pod that does not fit in it fits on no node there is.
+    pub fn largest_room(&self, inputs: &Inputs) -> Resources {
+        self.built(inputs).largest_room
     }
 
     fn built(&self, inputs: &Inputs) -> &Built {

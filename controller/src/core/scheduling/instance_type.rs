@@ -56,12 +56,32 @@ pub struct Offering {
 impl Offering {
     /// Whether a node with these requirements could be bought through this offering.
     pub fn matches(&self, requirements: &Requirements) -> bool {
-        requirements
-            .get(labels::ZONE)
-            .is_none_or(|r| r.has(&self.zone))
-            && requirements
-                .get(labels::CAPACITY_TYPE)
-                .is_none_or(|r| r.has(self.capacity_type.as_str()))
+        Buyable::of(requirements).allows(self)
+    }
+}
+
+/// What of a set of requirements an offering is judged by (its zone and capacity type), looked
+/// up once for all the offerings of many types: a plan prices hundreds of types in every
+/// consolidation simulation.
+#[derive(Debug, Clone, Copy)]
+pub struct Buyable<'r> {
+    zone: Option<&'r Requirement>,
+    capacity_type: Option<&'r Requirement>,
+}
+
+impl<'r> Buyable<'r> {
+    pub fn of(requirements: &'r Requirements) -> Self {
+        Buyable {
+            zone: requirements.get(labels::ZONE),
+            capacity_type: requirements.get(labels::CAPACITY_TYPE),
+        }
+    }
+
+    pub fn allows(&self, offering: &Offering) -> bool {
+        self.zone.is_none_or(|r| r.has(&offering.zone))
+            && self
+                .capacity_type
+                .is_none_or(|r| r.has(offering.capacity_type.as_str()))
     }
 }
 
@@ -135,9 +155,14 @@ impl InstanceType {
 
     /// The cheapest available offering compatible with `requirements`.
     pub fn cheapest(&self, requirements: &Requirements) -> Option<&Offering> {
+        self.cheapest_of(Buyable::of(requirements))
+    }
+
+    /// [`InstanceType::cheapest`] with the requirements looked up already.
+    pub fn cheapest_of(&self, buyable: Buyable) -> Option<&Offering> {
         self.offerings
             .iter()
-            .filter(|o| o.available && o.matches(requirements))
+            .filter(|o| o.available && buyable.allows(o))
             .min_by(|a, b| a.price.total_cmp(&b.price))
     }
 }

@@ -13,7 +13,7 @@ pub mod resources;
 pub mod solver;
 pub mod topology;
 
-pub use instance_type::{CapacityType, InstanceType, Offering};
+pub use instance_type::{Buyable, CapacityType, InstanceType, Offering};
 pub use pod::{PodKey, SchedPod};
 pub use problem::{
     ExistingNode, Limits, MinValuesPolicy, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput,

@@ -185,7 +185,38 @@ impl Requirement {
     /// Whether `self` (e.g. a pod's) and `other` (e.g. a node's) can both hold: some value
     /// satisfies both, or both allow the label to be absent.
     pub fn intersects(&self, other: &Requirement) -> bool {
-        !self.intersect(other).is_empty() || (self.allows_absence() && other.allows_absence())
+        (self.allows_absence() && other.allows_absence()) || self.shares_a_value(other)
+    }
+
+    /// Whether [`Requirement::intersect`] would allow some value, without building it (which
+    /// copies the value sets: every instance type of a plan is checked this way in every
+    /// consolidation simulation).
+    fn shares_a_value(&self, other: &Requirement) -> bool {
+        let bounds = Requirement {
+            complement: true,
+            greater_than: max_opt(self.greater_than, other.greater_than),
+            less_than: min_opt(self.less_than, other.less_than),
+            ..Default::default()
+        };
+        let allowed = |v: &&String| bounds.within_bounds(v);
+        match (self.complement, other.complement) {
+            (true, true) => true,
+            (false, false) => self
+                .values
+                .iter()
+                .filter(allowed)
+                .any(|v| other.values.contains(v)),
+            (false, true) => self
+                .values
+                .iter()
+                .filter(allowed)
+                .any(|v| !other.values.contains(v)),
+            (true, false) => other
+                .values
+                .iter()
+                .filter(allowed)
+                .any(|v| !self.values.contains(v)),
+        }
     }
 }
 
@@ -410,6 +441,37 @@ mod tests {
         assert!(!req(Operator::In, &["a"]).intersects(&req(Operator::NotIn, &["a"])));
         assert!(req(Operator::NotIn, &["a"]).intersects(&req(Operator::DoesNotExist, &[])));
         assert!(!req(Operator::In, &["a"]).intersects(&req(Operator::DoesNotExist, &[])));
+    }
+
+    /// `intersects` answers without building the intersection: it must agree with it for
+    /// every pair of operators and value sets.
+    #[test]
+    fn intersects_agrees_with_the_intersection() {
+        let values: [&[&str]; 4] = [&[], &["a"], &["1", "5"], &["5", "a", "9"]];
+        let ops = [
+            Operator::In,
+            Operator::NotIn,
+            Operator::Exists,
+            Operator::DoesNotExist,
+            Operator::Gt,
+            Operator::Gte,
+            Operator::Lt,
+            Operator::Lte,
+        ];
+        let mut all = Vec::new();
+        for op in ops {
+            for v in values {
+                all.push(req(op, v));
+            }
+        }
+        all.push(req(Operator::Gt, &["1"]).intersect(&req(Operator::Lt, &["5"])));
+        for a in &all {
+            for b in &all {
+                let built =
+                    !a.intersect(b).is_empty() || (a.allows_absence() && b.allows_absence());
+                assert_eq!(a.intersects(b), built, "{a} and {b}");
+            }
+        }
     }
 
     #[test]

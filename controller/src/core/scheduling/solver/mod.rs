@@ -19,7 +19,7 @@ use nodeclaim::{efficient_types, max_allocatable};
 mod preferences;
 mod repack;
 
-use super::instance_type::InstanceType;
+use super::instance_type::{Buyable, InstanceType};
 use super::pod::SchedPod;
 use super::problem::{
     ExistingNode, NodeClaimPlan, Plan, PodOrder, Policies, PoolInput, Problem, Rejection,
@@ -489,6 +489,7 @@ impl<'a> Solver<'a> {
                     memory: reserved.memory.saturating_add(share[c.pool].memory),
                     ..Resources::ZERO
                 };
+                let buyable = Buyable::of(&c.requirements);
                 let mut types: Vec<(f64, Arc<InstanceType>)> = pool
                     .types
                     .iter()
@@ -498,7 +499,7 @@ impl<'a> Solver<'a> {
                             && it.capacity.memory <= cap.memory
                     })
                     .filter(|it| it.requirements.conflict(&c.requirements).is_none())
-                    .filter_map(|it| it.cheapest(&c.requirements).map(|o| (o.price, it.clone())))
+                    .filter_map(|it| it.cheapest_of(buyable).map(|o| (o.price, it.clone())))
                     .collect();
                 types.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
                 NodeClaimPlan {
