@@ -17,13 +17,12 @@ use kube::ResourceExt;
 use crate::api::conditions::{is_true, INITIALIZED};
 use crate::api::labels::TERMINATION_TIMESTAMP;
 use crate::api::nodeclaim::NodeClaim;
-use crate::controllers::nodeclaim::drain;
 use crate::core::disruption::{decide, revalidate, Command, Decision, Inputs, Method};
 use crate::core::drain::stale_disrupted;
 use crate::core::nodeclaim::from_plan;
 use crate::core::state::types_of_pools;
 use crate::metrics::ReasonLabels;
-use crate::runtime::{taints, Context, WRITES_AT_ONCE};
+use crate::runtime::{node_pods, taints, Context, WRITES_AT_ONCE};
 
 /// A decision that takes this long is logged even when it finds nothing to do.
 const SLOW_DECISION: Duration = Duration::from_secs(1);
@@ -238,7 +237,7 @@ async fn still_empty(ctx: &Context, claims: Vec<NodeClaim>) -> anyhow::Result<Ve
         .map(|claim| async move {
             let node = claim.status.as_ref().and_then(|s| s.node_name.clone());
             let pods = match &node {
-                Some(node) => drain::to_move(&ctx.client, node).await?,
+                Some(node) => node_pods::to_move(&ctx.client, node).await?,
                 None => 0,
             };
             if pods == 0 {

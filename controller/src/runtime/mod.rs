@@ -7,6 +7,7 @@ mod context;
 pub mod events;
 pub mod finalizers;
 pub mod leader;
+pub mod node_pods;
 pub mod nominations;
 pub mod server;
 pub mod stores;

@@ -6,12 +6,11 @@
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, ObjectList};
+use kube::api::{Api, DeleteParams, EvictParams};
 use kube::ResourceExt;
 
-use crate::api::pod::Pod;
 use crate::core::drain::{pass_steps, PodStep};
-use crate::core::pods::must_evict;
+use crate::runtime::node_pods;
 
 /// Evicts (or, near the deadline, deletes) what is left on the node; returns how many pods
 /// still hold it.
@@ -20,7 +19,7 @@ pub async fn drain(
     node: &str,
     deadline: Option<Timestamp>,
 ) -> Result<usize, kube::Error> {
-    let on_node = on(client, node).await?;
+    let on_node = node_pods::list(client, node).await?;
     let steps = pass_steps(&on_node.items, Timestamp::now(), deadline);
     let mut left = 0;
     for (pod, step) in on_node.items.iter().zip(steps) {
@@ -58,21 +57,4 @@ pub async fn drain(
         }
     }
     Ok(left)
-}
-
-/// How many pods on `node` a drain would have to move now, as the API server has them (not
-/// a cache, which may not have seen a pod bound a moment ago).
-pub async fn to_move(client: &kube::Client, node: &str) -> Result<usize, kube::Error> {
-    let on_node = on(client, node).await?;
-    let moving = on_node
-        .items
-        .iter()
-        .filter(|p| must_evict(p) && p.metadata.deletion_timestamp.is_none());
-    Ok(moving.count())
-}
-
-async fn on(client: &kube::Client, node: &str) -> Result<ObjectList<Pod>, kube::Error> {
-    let pods: Api<Pod> = Api::all(client.clone());
-    pods.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await
 }
