@@ -231,7 +231,10 @@ where
 /// untainted and stay. kube-scheduler may bind a pod to an empty node after the validation,
 /// until the taint reaches it: deleting the node then would evict that pod (a bare pod for
 /// good).
-async fn still_empty(ctx: &Context, claims: Vec<NodeClaim>) -> anyhow::Result<Vec<NodeClaim>> {
+async fn empty_after_taint(
+    ctx: &Context,
+    claims: Vec<NodeClaim>,
+) -> anyhow::Result<Vec<NodeClaim>> {
     let looks: Vec<_> = claims
         .into_iter()
         .map(|claim| async move {
@@ -272,7 +275,7 @@ async fn execute(ctx: &Context, command: &Command) -> anyhow::Result<()> {
     )
     .await?;
     let claims = match command.method {
-        Method::Empty => still_empty(ctx, claims).await?,
+        Method::Empty => empty_after_taint(ctx, claims).await?,
         _ => claims,
     };
     if claims.is_empty() {

@@ -17,7 +17,7 @@ use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::scheduling::pod::pod_requests;
 use crate::core::scheduling::{
-    CapacityType, NodeClaimPlan, PoolInput, Requirement, Resources, SchedPod,
+    Buyable, CapacityType, NodeClaimPlan, PoolInput, Requirement, Resources, SchedPod,
 };
 use crate::core::state::resources;
 
@@ -335,10 +335,11 @@ fn stuck(inputs: &Inputs, world: &World, c: &Candidate) -> Option<String> {
         .filter(|pool| stuck.iter().all(|p| pool.may_take(p)))
         .flat_map(|pool| {
             let with_daemons = need + pool.daemon_overhead;
+            let buyable = Buyable::of(&pool.requirements);
             pool.instance_types
                 .iter()
                 .filter(move |t| with_daemons.fits_in(&t.allocatable))
-                .filter_map(|t| t.cheapest(&pool.requirements).map(|o| o.price))
+                .filter_map(move |t| t.cheapest_of(buyable).map(|o| o.price))
         })
         .min_by(f64::total_cmp);
     match cheapest {

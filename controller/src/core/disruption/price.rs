@@ -5,7 +5,7 @@ use kube::ResourceExt;
 
 use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
-use crate::core::scheduling::{CapacityType, InstanceType, Requirements};
+use crate::core::scheduling::{Buyable, CapacityType, InstanceType, Requirements};
 use crate::core::state::TypesOfPool;
 
 /// What launching into a capacity reservation is priced at, relative to on-demand (as
@@ -45,9 +45,10 @@ pub fn claim_price(claim: &NodeClaim, types_of_pool: &TypesOfPool) -> Option<f64
 /// The dearest available offering of `t` that `req` allows: what a replacement launched as
 /// `t` may cost at worst.
 pub fn worst_price(t: &InstanceType, req: &Requirements) -> Option<f64> {
+    let buyable = Buyable::of(req);
     t.offerings
         .iter()
-        .filter(|o| o.available && o.matches(req))
+        .filter(|o| o.available && buyable.allows(o))
         .map(|o| o.price)
         .max_by(f64::total_cmp)
 }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use super::instance_type::{CapacityType, InstanceType, Offering};
+use super::instance_type::{Buyable, CapacityType, InstanceType, Offering};
 use super::pod::{untolerated, PodKey, SchedPod};
 use super::requirements::{type_satisfies, Requirements};
 use super::resources::{format_amount, Resources};
@@ -230,10 +230,11 @@ impl NodeClaimPlan {
     /// The offering a launch would use: reserved capacity first, otherwise the cheapest
     /// offering (spot dearer than on-demand is never chosen, since the cheapest wins).
     pub fn launch_choice(&self) -> Option<LaunchChoice<'_>> {
-        let offerings = self.instance_types.iter().flat_map(|t| {
+        let buyable = Buyable::of(&self.requirements);
+        let offerings = self.instance_types.iter().flat_map(move |t| {
             t.offerings
                 .iter()
-                .filter(|o| o.available && o.matches(&self.requirements))
+                .filter(move |o| o.available && buyable.allows(o))
                 .map(move |o| (t.as_ref(), o))
         });
         offerings
