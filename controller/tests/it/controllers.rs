@@ -112,9 +112,7 @@ impl Scene {
         tune: impl FnOnce(&mut Settings),
     ) -> Scene {
         testenv::require();
-        if let Ok(filter) = std::env::var("SCENE_LOG") {
-            let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
-        }
+        crate::scene_log::start();
         let client = testenv::kube().await;
         install_crds(&client).await;
         remove_leftovers(&client).await;
@@ -426,6 +424,12 @@ impl Scene {
         for t in &self.tasks {
             t.abort();
         }
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        crate::scene_log::print_on_failure();
     }
 }
 

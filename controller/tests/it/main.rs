@@ -10,6 +10,7 @@ mod disruption_cases;
 mod layers;
 mod nodeclass;
 mod outage;
+mod scene_log;
 mod solver_cases;
 mod solver_properties;
 mod upstream_api;

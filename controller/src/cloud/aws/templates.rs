@@ -18,7 +18,7 @@ use crate::cloud::CloudError;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Template {
     pub name: String,
-    /// Unknown when another launch created it first and the answer named none.
+    /// Unknown only when EC2 answered without one.
     pub id: Option<String>,
 }
 
@@ -57,54 +57,70 @@ impl AwsCloud {
         {
             return Ok(Template { name, id: Some(id) });
         }
+        let id = match self.template_id(&name).await? {
+            Some(id) => Some(id),
+            None => self.create_template(&name, content).await?,
+        };
+        if let (Some(id), Ok(mut t)) = (&id, self.templates.lock()) {
+            t.insert(name.clone(), id.clone());
+        }
+        Ok(Template { name, id })
+    }
+
+    /// The id of the template named `name`, if there is one.
+    async fn template_id(&self, name: &str) -> Result<Option<String>, CloudError> {
         let found = metered(
             &self.metrics,
             "ec2",
             "DescribeLaunchTemplates",
             self.ec2
                 .describe_launch_templates()
-                .launch_template_names(&name)
+                .launch_template_names(name)
                 .send(),
         )
         .await;
-        let mut id = match found {
-            Ok(out) => out
+        match found {
+            Ok(out) => Ok(out
                 .launch_templates()
                 .first()
                 .and_then(|t| t.launch_template_id())
-                .map(str::to_string),
-            Err(e) if e.is(codes::TEMPLATE_NOT_FOUND) => None,
-            Err(e) => return Err(e),
-        };
-        if id.is_none() {
-            let created = metered(
-                &self.metrics,
-                "ec2",
-                "CreateLaunchTemplate",
-                self.ec2
-                    .create_launch_template()
-                    .launch_template_name(&name)
-                    .launch_template_data(content.request())
-                    .tag_specifications(content.tag_specification())
-                    .send(),
-            )
-            .await;
-            match created {
-                Ok(out) => {
-                    id = out
-                        .launch_template()
-                        .and_then(|t| t.launch_template_id())
-                        .map(str::to_string);
-                    tracing::info!(launch_template = %name, image = %content.image_id, "launch template created")
-                }
-                // Another launch made it first: the same content, so the same template.
-                Err(e) if e.is(codes::TEMPLATE_EXISTS) => {}
-                Err(e) => return Err(e),
+                .map(str::to_string)),
+            Err(e) if e.is(codes::TEMPLATE_NOT_FOUND) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the template; its id. When another launch created it first (the same content,
+    /// so the same template), the id is looked up: EC2's CreateFleet answer names the template
+    /// by id, and a launch that cannot match its template loses what the template meant
+    /// (its image, its capacity reservation).
+    async fn create_template(
+        &self,
+        name: &str,
+        content: &Content,
+    ) -> Result<Option<String>, CloudError> {
+        let created = metered(
+            &self.metrics,
+            "ec2",
+            "CreateLaunchTemplate",
+            self.ec2
+                .create_launch_template()
+                .launch_template_name(name)
+                .launch_template_data(content.request())
+                .tag_specifications(content.tag_specification())
+                .send(),
+        )
+        .await;
+        match created {
+            Ok(out) => {
+                tracing::info!(launch_template = %name, image = %content.image_id, "launch template created");
+                Ok(out
+                    .launch_template()
+                    .and_then(|t| t.launch_template_id())
+                    .map(str::to_string))
             }
+            Err(e) if e.is(codes::TEMPLATE_EXISTS) => self.template_id(name).await,
+            Err(e) => Err(e),
         }
-        if let (Some(id), Ok(mut t)) = (&id, self.templates.lock()) {
-            t.insert(name.clone(), id.clone());
-        }
-        Ok(Template { name, id })
     }
 }
