@@ -599,21 +599,29 @@ async fn upstream_provisions(client: &kube::Client, s: &Setup) -> UpstreamContro
         .await
         .expect("pod");
     }
-    let nodes = testenv::wait_for(
-        "upstream Karpenter's nodes to run both pods",
-        std::time::Duration::from_secs(120),
-        || async {
-            let list = pods.list(&Default::default()).await.ok()?;
-            let running: Vec<String> = list
-                .items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-                .collect();
-            (running.len() == 2).then_some(running)
-        },
-    )
-    .await;
+    let running = || async {
+        let list = pods.list(&Default::default()).await.ok()?;
+        let running: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        (running.len() == 2).then_some(running)
+    };
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    let nodes = loop {
+        if let Some(nodes) = running().await {
+            break nodes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after 120 s waiting for upstream Karpenter's nodes to run both pods\n{}\nupstream's last lines:\n{}",
+            scheduling_state(client, &pods).await,
+            last_lines(&upstream.logs(), 10)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
     let claims = crate::provisioning::nodeclaims(client)
         .list(&Default::default())
         .await
@@ -1068,4 +1076,63 @@ async fn fields_another_manager_adds_to_owned_objects_are_drift_and_apply_remove
         "{annotations:?}"
     );
     torn_down(&s);
+}
+
+/// The pods' node and PodScheduled condition, and every Node's taints, readiness and
+/// allocatable CPU: what a test waiting on kube-scheduler prints when it times out.
+async fn scheduling_state(
+    client: &kube::Client,
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+) -> String {
+    use k8s_openapi::api::core::v1::Node;
+    let mut out = Vec::new();
+    for p in pods
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let scheduled = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+            .map(|c| format!("{} {}", c.status, c.message.clone().unwrap_or_default()));
+        out.push(format!(
+            "pod {}: node {:?}, phase {:?}, PodScheduled {scheduled:?}",
+            p.name_any(),
+            p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            p.status.as_ref().and_then(|s| s.phase.clone())
+        ));
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in nodes
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let taints: Vec<String> = (n.spec.as_ref().and_then(|s| s.taints.clone()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| format!("{}:{}", t.key, t.effect))
+            .collect();
+        let status = n.status.as_ref();
+        let ready = (status.and_then(|s| s.conditions.as_ref()))
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone());
+        let cpu = (status.and_then(|s| s.allocatable.as_ref()))
+            .and_then(|a| a.get("cpu"))
+            .map(|q| q.0.clone());
+        out.push(format!(
+            "node {}: taints {taints:?}, Ready {ready:?}, allocatable cpu {cpu:?}",
+            n.name_any()
+        ));
+    }
+    out.join("\n")
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

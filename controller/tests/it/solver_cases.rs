@@ -915,3 +915,33 @@ fn nearly_empty_nodes_a_spread_leaves_fold_into_the_others_room() {
     assert_eq!(zones.len(), 3);
     assert!((total - 0.40).abs() < 1e-9, "${total}/h");
 }
+
+#[test]
+fn a_pool_cheaper_than_a_price_keeps_the_types_it_can_have_for_less() {
+    let names = |p: &PoolInput| -> Vec<String> {
+        p.admitted().types.iter().map(|t| t.name.clone()).collect()
+    };
+    // Spot is 0.4 × on-demand: m.xlarge can be had for 0.08 and m.4xlarge for 0.32, while
+    // c.xlarge (0.17, no spot) cannot be had for less than 0.17.
+    let any = pool("p");
+    assert_eq!(names(&any.cheaper_than(0.17)), ["m.large", "m.xlarge"]);
+    assert_eq!(
+        names(&any.cheaper_than(0.33)),
+        ["m.large", "m.xlarge", "c.xlarge", "m.4xlarge"]
+    );
+    let mut on_demand = pool("od");
+    on_demand.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::any_of([labels::CAPACITY_ON_DEMAND]),
+    );
+    assert_eq!(names(&on_demand.cheaper_than(0.2)), ["m.large", "c.xlarge"]);
+    let none = on_demand.cheaper_than(0.1);
+    assert!(none.instance_types.is_empty() && names(&none).is_empty());
+    // What the solver makes of it: no new node when no type is cheap enough.
+    let problem = Problem {
+        pools: vec![Arc::new(none)],
+        existing: Vec::new(),
+        pods: vec![pod("a", 500, 1)],
+    };
+    assert_eq!(solve(&problem).unschedulable.len(), 1);
+}

@@ -17,7 +17,7 @@ use crate::api::labels;
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::core::scheduling::pod::pod_requests;
 use crate::core::scheduling::{
-    Buyable, CapacityType, NodeClaimPlan, PoolInput, Requirement, Resources, SchedPod,
+    CapacityType, NodeClaimPlan, PoolInput, Requirement, Resources, SchedPod,
 };
 use crate::core::state::resources;
 
@@ -329,32 +329,27 @@ fn stuck(inputs: &Inputs, world: &World, c: &Candidate) -> Option<String> {
     let need = stuck
         .iter()
         .fold(Resources::ZERO, |sum, p| sum + p.requests);
-    let cheapest = world
+    let cheaper_holds = world
         .pools(inputs)
         .iter()
         .filter(|pool| stuck.iter().all(|p| pool.may_take(p)))
-        .flat_map(|pool| {
+        .any(|pool| {
             let with_daemons = need + pool.daemon_overhead;
-            let buyable = Buyable::of(&pool.requirements);
-            pool.instance_types
+            pool.types_cheaper_than(price)
                 .iter()
-                .filter(move |t| with_daemons.fits_in(&t.allocatable))
-                .filter_map(move |t| t.cheapest_of(buyable).map(|o| o.price))
-        })
-        .min_by(f64::total_cmp);
-    match cheapest {
-        Some(cheapest) if cheapest < price => None,
-        _ => {
-            let more = match stuck.len() {
-                1 => String::new(),
-                n => format!(" and {} more", n - 1),
-            };
-            Some(format!(
-                "no replacement is cheaper than ${price:.4}/h: pod {}{more} fits in no other node's free room, and no type that holds it costs less",
-                first.key
-            ))
-        }
+                .any(|t| with_daemons.fits_in(&t.allocatable))
+        });
+    if cheaper_holds {
+        return None;
     }
+    let more = match stuck.len() {
+        1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
+    Some(format!(
+        "no replacement is cheaper than ${price:.4}/h: pod {}{more} fits in no other node's free room, and no type that holds it costs less",
+        first.key
+    ))
 }
 
 /// When neither several nodes at once nor one at a time can go: 3 to [`REPACK_MAX`]
@@ -558,7 +553,7 @@ fn move_for(
         .iter()
         .map(|c| claim_price(c.claim, inputs.types_of_pool).ok_or("its price is unknown"))
         .sum::<Result<f64, _>>()?;
-    let plan = world.reschedule(inputs, cands)?;
+    let plan = world.reschedule_cheaper(inputs, cands, price)?;
     let spot = cands.iter().any(|c| is_spot(c));
     if spot && !inputs.spot_to_spot && !plan.nodeclaims.is_empty() {
         return Err("its pods need a new node, and a spot node is not replaced by another spot node (SPOT_TO_SPOT_CONSOLIDATION is off)".into());
@@ -574,7 +569,13 @@ fn move_for(
             world.binds_all(inputs, cands, &repacked)?;
             repacked
         }
-        n => return Err(format!("its pods would need {n} new nodes")),
+        // The simulation offered only types cheaper than the candidates
+        // ([`World::reschedule_cheaper`]): n of those where one dearer node might do.
+        n => {
+            return Err(format!(
+                "no replacement is cheaper than ${price:.4}/h: of the types that are, its pods would need {n} new nodes"
+            ))
+        }
     };
     let launched: f64 = replacements.iter().map(cheapest_launch).sum();
     Ok(Command {

@@ -103,14 +103,46 @@ impl World {
     /// Where the candidates' pods would go with their nodes gone (seen as going: left out,
     /// their pods placed again), or why some pod could not go anywhere.
     pub fn reschedule(&self, inputs: &Inputs, cands: &[&Candidate]) -> Result<Plan, String> {
-        let (built, problem) = self.without(inputs, cands);
+        self.reschedule_within(inputs, cands, None)
+    }
+
+    /// [`World::reschedule`] with new nodes only of types cheaper than `price` an hour
+    /// ([`PoolInput::cheaper_than`]): what consolidation may launch for candidates that cost
+    /// that much together.
+    pub fn reschedule_cheaper(
+        &self,
+        inputs: &Inputs,
+        cands: &[&Candidate],
+        price: f64,
+    ) -> Result<Plan, String> {
+        self.reschedule_within(inputs, cands, Some(price))
+    }
+
+    fn reschedule_within(
+        &self,
+        inputs: &Inputs,
+        cands: &[&Candidate],
+        below: Option<f64>,
+    ) -> Result<Plan, String> {
+        let (built, mut problem) = self.without(inputs, cands);
+        if let Some(price) = below {
+            problem.pools = (problem.pools.iter())
+                .map(|p| Arc::new(p.cheaper_than(price)))
+                .collect();
+        }
         let policies = Policies {
             keep_node_count: true,
             ..inputs.policies
         };
         let plan = solve_with(&problem, policies);
         if let Some(u) = plan.unschedulable.first() {
-            return Err(could_not_move(u));
+            return Err(match below {
+                Some(price) => format!(
+                    "no replacement is cheaper than ${price:.4}/h: {}",
+                    could_not_move(u)
+                ),
+                None => could_not_move(u),
+            });
         }
         // As upstream: a node still initializing may never become ready for pods (or not in
         // time), so no disruption counts on one; it waits until the node is initialized.

@@ -92,6 +92,41 @@ impl PoolInput {
             }
         })
     }
+
+    /// The pool with only the types it can have for less than `price` an hour (at the
+    /// cheapest offering it allows). A consolidation's new nodes must cost less than the nodes
+    /// they replace, so a simulation need not try the dearer types: at a thousand nodes,
+    /// pricing them for every candidate is most of single-node consolidation's time.
+    pub fn cheaper_than(&self, price: f64) -> PoolInput {
+        let types = self.types_cheaper_than(price).to_vec();
+        PoolInput {
+            name: self.name.clone(),
+            weight: self.weight,
+            requirements: self.requirements.clone(),
+            labels: self.labels.clone(),
+            taints: self.taints.clone(),
+            instance_types: types.clone(),
+            daemon_overhead: self.daemon_overhead,
+            limits: self.limits,
+            in_use: self.in_use,
+            nodes_in_use: self.nodes_in_use,
+            replicas: self.replicas,
+            admitted: OnceLock::from(AdmittedTypes {
+                types,
+                keys: self.admitted().keys.clone(),
+            }),
+        }
+    }
+
+    /// The admitted types the pool can have for less than `price` an hour, cheapest first.
+    pub fn types_cheaper_than(&self, price: f64) -> &[Arc<InstanceType>] {
+        let types = &self.admitted().types;
+        let buyable = Buyable::of(&self.requirements);
+        // Sorted cheapest first, so the cheaper ones are a prefix.
+        let cheaper =
+            types.partition_point(|t| t.cheapest_of(buyable).is_some_and(|o| o.price < price));
+        &types[..cheaper]
+    }
 }
 
 /// A node that exists (or a NodeClaim in flight), with what is already on it.
