@@ -352,13 +352,6 @@ phase "kube-apiserver ${K8S_VERSION} ready on ${APISERVER_URL}"
 #   this long. kwok renews every 30 s (kwok/config.yaml); at 1,000 nodes on two cores a renewal
 #   can come minutes late, and the default 50 s had hundreds of healthy nodes' pods evicted.
 #   No test relies on a node going NotReady by itself.
-# --pod-max-in-unschedulable-pods-duration (kube-scheduler): a pod whose requeue event was
-#   missed (a known kube-scheduler race) waits in the unschedulable pool until this flush. In a
-#   real cluster other churn moves it soon; here little else happens. Upstream's Helm test once
-#   timed out with both pods unbound beside the fresh, initialized node launched for them, which
-#   upstream then deleted as empty (2026-12-08); a missed requeue is the likeliest cause, and
-#   with the default 5 m the 2-minute wait could not see it healed. 60 s is the default
-#   Kubernetes shipped before v1.27.
 start_process kube-controller-manager "${K8S_BIN}/kube-controller-manager" \
   --kubeconfig="${RUN_DIR}/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig="${RUN_DIR}/kube-controller-manager.kubeconfig" \
@@ -386,7 +379,6 @@ start_process kube-scheduler "${K8S_BIN}/kube-scheduler" \
   --leader-elect=false \
   --kube-api-qps=200 \
   --kube-api-burst=400 \
-  --pod-max-in-unschedulable-pods-duration=60s \
   --profiling=false \
   --v=1
 # /healthz is served without credentials (always-allowed path); the certificates are
