@@ -55,11 +55,16 @@ pub fn must_evict(pod: &Pod) -> bool {
     !owned_by_daemonset(pod) && !mirror && !is_terminal(pod)
 }
 
+/// A pod a drain still has to move: one that blocks deletion and is not already going.
+pub fn to_be_moved(pod: &Pod) -> bool {
+    must_evict(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
 /// What holds a draining node, one reason per pod that will not leave on its own: annotated
 /// do-not-disrupt, or protected by a PodDisruptionBudget that allows no eviction now.
 pub fn holders(pods: &[Pod], pdbs: &[Arc<PodDisruptionBudget>], now: Timestamp) -> Vec<String> {
     pods.iter()
-        .filter(|p| must_evict(p) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| to_be_moved(p))
         .filter_map(|p| {
             if pod_do_not_disrupt(p, now) {
                 Some(format!(

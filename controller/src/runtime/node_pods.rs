@@ -5,7 +5,7 @@
 use kube::api::{Api, ListParams, ObjectList};
 
 use crate::api::pod::Pod;
-use crate::core::pods::must_evict;
+use crate::core::pods::to_be_moved;
 
 pub async fn list(client: &kube::Client, node: &str) -> Result<ObjectList<Pod>, kube::Error> {
     let pods: Api<Pod> = Api::all(client.clone());
@@ -16,9 +16,5 @@ pub async fn list(client: &kube::Client, node: &str) -> Result<ObjectList<Pod>, 
 /// How many of them a drain would have to move.
 pub async fn to_move(client: &kube::Client, node: &str) -> Result<usize, kube::Error> {
     let on_node = list(client, node).await?;
-    let moving = on_node
-        .items
-        .iter()
-        .filter(|p| must_evict(p) && p.metadata.deletion_timestamp.is_none());
-    Ok(moving.count())
+    Ok(on_node.items.iter().filter(|p| to_be_moved(p)).count())
 }

@@ -16,7 +16,7 @@ use crate::api::labels;
 use crate::api::nodeclaim::NodeClaim;
 use crate::api::pod::Pod;
 use crate::api::NodePool;
-use crate::core::pods::{blocked_by_pdb, do_not_disrupt, must_evict, pod_do_not_disrupt, since};
+use crate::core::pods::{blocked_by_pdb, do_not_disrupt, pod_do_not_disrupt, since, to_be_moved};
 use crate::core::state::node_is_going;
 
 /// A NodeClaim with its Node, NodePool and the pods that would have to move.
@@ -65,7 +65,7 @@ pub fn find<'a>(inputs: &Inputs<'a>) -> Found<'a> {
     let mut pods_on: HashMap<&str, Vec<&Pod>> = HashMap::new();
     for p in &snap.pods {
         if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            if must_evict(p) && p.metadata.deletion_timestamp.is_none() {
+            if to_be_moved(p) {
                 pods_on.entry(n).or_default().push(p);
             }
         }

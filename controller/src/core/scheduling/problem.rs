@@ -100,21 +100,12 @@ impl PoolInput {
     pub fn cheaper_than(&self, price: f64) -> PoolInput {
         let types = self.types_cheaper_than(price).to_vec();
         PoolInput {
-            name: self.name.clone(),
-            weight: self.weight,
-            requirements: self.requirements.clone(),
-            labels: self.labels.clone(),
-            taints: self.taints.clone(),
             instance_types: types.clone(),
-            daemon_overhead: self.daemon_overhead,
-            limits: self.limits,
-            in_use: self.in_use,
-            nodes_in_use: self.nodes_in_use,
-            replicas: self.replicas,
             admitted: OnceLock::from(AdmittedTypes {
                 types,
                 keys: self.admitted().keys.clone(),
             }),
+            ..self.clone()
         }
     }
 
